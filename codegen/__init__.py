@@ -1,0 +1,1 @@
+"""qsdpa's kernel generator: Jinja2 templates + the ISA registry -> generated/ C++ sources."""

@@ -1,0 +1,193 @@
+"""The one registry of ISAs and kernels.
+
+Everything that varies per ISA lives here and nowhere else: compiler flags, the CPU features a
+variant needs, the vector vocabulary the templates render with, the register tiles, and the list
+of kernels.  From it the generator renders the C++ sources, the CMake source lists, the Python
+dispatch table (``qsdpa/_variants.py``) and, through that table, the test parametrisation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Tuple
+
+# Canonical CPU feature names (lower case, py-cpuinfo / Linux spelling with VNNI as avx512_vnni).
+X86_FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
+ARM_FEATURES = ("asimd", "asimddp")
+
+
+@dataclass(frozen=True)
+class Isa:
+    name: str                 # variant name: module suffix, symbol suffix, QSDPA_ISA value
+    arch: str                 # "x86_64", "aarch64" or "any" (scalar is built on every arch)
+    rank: int                 # higher is preferred by dispatch
+    cflags: Tuple[str, ...]   # explicit ISA flags; never -march=native
+    features: Tuple[str, ...] # canonical features the CPU and OS must enable
+    macros: Tuple[str, ...]   # predefined macros the build must show (checked by tests via whoami())
+    family: str               # "scalar" | "x86" | "neon": selects the prelude section
+    vocab: Dict[str, object]  # vector vocabulary rendered into the per-ISA prelude
+    # Register tiles: dequant_gemm uses MR rows x NV f32 vectors; qk_gemm uses MR x NR dot accumulators.
+    tiles: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def module(self) -> str:
+        return f"_kernels_{self.name}"
+
+    def supports_arch(self, arch: str) -> bool:
+        return self.arch in ("any", arch)
+
+
+# Vector vocabulary.  x86 AVX2 and AVX-512 share one prelude section, so they name their
+# intrinsics here; NEON and scalar have one width each and their idioms live in the prelude.
+# dot: how an exact int8 dot-product step is done; dot_kb: int8 elements of k per step;
+# dot_a_bias: the A operand is fed as (a + bias), the kernel subtracts bias * sum(B).
+_X86_AVX2_VOCAB = dict(
+    vf="__m256", vi="__m256i", vd="__m256i", nf=8, bits=256, p="_mm256", si="si256",
+    # int8 -> f32 lanes: 8 bytes widened with vpmovsxbd
+    cvt_s8_lanes="_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)({p})))",
+    # exact int8 dot: widen 16 bytes to int16 and vpmaddwd (vpmaddubsw saturates on the full s8 range)
+    dot="madd_s16", dot_kb=16, dot_a_bias=0,
+    dot_load="_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)({p})))",
+)
+
+_X86_AVX512_VOCAB = dict(
+    vf="__m512", vi="__m512i", vd="__m512i", nf=16, bits=512, p="_mm512", si="si512",
+    cvt_s8_lanes="_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)({p})))",
+    dot="madd_s16", dot_kb=32, dot_a_bias=0,
+    dot_load="_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)({p})))",
+)
+
+_NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="smull_s16", dot_kb=16,
+                   dot_a_bias=0)
+
+ISAS: Tuple[Isa, ...] = (
+    Isa(
+        name="scalar", arch="any", rank=0, cflags=(), features=(), macros=(), family="scalar",
+        vocab=dict(vf="float", vi="int32_t", vd="int32_t", nf=1, dot="scalar", dot_kb=1, dot_a_bias=0),
+        tiles=dict(dequant_gemm=(4, 8), qk_gemm=(2, 4), qk_gemm_f32a=(2, 4)),
+        description="portable C++, no ISA flags; also hosts the native CPU/OS feature check",
+    ),
+    Isa(
+        name="avx2", arch="x86_64", rank=10, cflags=("-mavx2", "-mfma", "-mf16c", "-mno-avx512f"),
+        features=("avx2", "fma", "f16c"), macros=("__AVX2__", "__FMA__", "__F16C__"), family="x86",
+        vocab=_X86_AVX2_VOCAB,
+        tiles=dict(dequant_gemm=(4, 2), qk_gemm=(2, 4), qk_gemm_f32a=(2, 4)),
+        description="AVX2 + FMA + F16C (Haswell, Zen 1+)",
+    ),
+    Isa(
+        name="avx512", arch="x86_64", rank=20,
+        cflags=("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"),
+        features=("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
+        macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__"), family="x86",
+        vocab=_X86_AVX512_VOCAB,
+        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        description="AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4)",
+    ),
+    Isa(
+        name="avx512_vnni", arch="x86_64", rank=30,
+        cflags=("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl",
+                "-mavx512vnni"),
+        features=("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"),
+        macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__", "__AVX512VNNI__"),
+        family="x86",
+        # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
+        vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None),
+        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        description="AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)",
+    ),
+    Isa(
+        name="neon", arch="aarch64", rank=10, cflags=("-march=armv8-a",), features=("asimd",),
+        macros=("__ARM_NEON",), family="neon", vocab=_NEON_VOCAB,
+        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        description="ARMv8-A Advanced SIMD",
+    ),
+    Isa(
+        name="neon_dotprod", arch="aarch64", rank=20, cflags=("-march=armv8.2-a+dotprod",),
+        features=("asimd", "asimddp"), macros=("__ARM_NEON", "__ARM_FEATURE_DOTPROD"), family="neon",
+        vocab=dict(_NEON_VOCAB, dot="sdot", dot_kb=16),
+        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        description="ARMv8.2-A + dot product (Neoverse N1, Cortex-A76, Apple M1)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str          # Python-visible name in each variant module
+    template: str      # templates/<template>
+    symbol: str        # C symbol stem; the ISA follows a double underscore, XNNPACK-style
+    file_stem: str     # generated/<isa>/<file_stem>-<isa>.cpp
+    doc: str
+
+
+KERNELS: Tuple[Kernel, ...] = (
+    Kernel("dequant_gemm", "dequant_gemm.cpp.j2", "qsdpa_dequant_gemm_f32s8", "dequant-gemm-f32s8",
+           "C[m,n] = beta*C + A[m,k] @ dequant(B[k,n]); fp32 A, per-row (per-token) int8 B"),
+    Kernel("qk_gemm", "qk_gemm.cpp.j2", "qsdpa_qk_gemm_s8s8", "qk-gemm-s8s8",
+           "C[m,n] = alpha * dequant(A[m,k]) @ dequant(B[n,k]).T; exact int32 dot products"),
+    Kernel("qk_gemm_f32a", "qk_gemm_f32a.cpp.j2", "qsdpa_qk_gemm_f32s8", "qk-gemm-f32s8",
+           "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A"),
+)
+
+# Files rendered once per ISA besides the kernels.
+PRELUDE_TEMPLATE = "simd_prelude.h.j2"
+MODULE_TEMPLATE = "module.cpp.j2"
+# Hand-written C++ compiled into the scalar module only (no ISA flags): the native feature check.
+SCALAR_EXTRA_SOURCES = ("csrc/cpu_features.cpp",)
+
+ARCHES = ("x86_64", "aarch64")
+
+# Flags every variant gets, before its ISA flags. No fp contraction: the kernels place their FMAs
+# explicitly, so results do not depend on which variant the compiler was allowed to contract.
+COMMON_CFLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno")
+
+
+def isa_by_name(name: str) -> Isa:
+    for isa in ISAS:
+        if isa.name == name:
+            return isa
+    raise KeyError(name)
+
+
+def isas_for_arch(arch: str) -> List[Isa]:
+    return [isa for isa in ISAS if isa.supports_arch(arch)]
+
+
+def kernel_file(isa: Isa, kernel: Kernel) -> str:
+    return f"{isa.name}/{kernel.file_stem}-{isa.name.replace('_', '-')}.cpp"
+
+
+def prelude_file(isa: Isa) -> str:
+    return f"{isa.name}/simd-{isa.name.replace('_', '-')}.h"
+
+
+def module_file(isa: Isa) -> str:
+    return f"{isa.name}/module-{isa.name.replace('_', '-')}.cpp"
+
+
+def sources_for(isa: Isa) -> List[str]:
+    """Sources of one variant module, relative to generated/ (kernels, then the binding)."""
+    return [kernel_file(isa, k) for k in KERNELS] + [module_file(isa)]
+
+
+def extra_sources_for(isa: Isa) -> List[str]:
+    """Hand-written sources, relative to the repository root."""
+    return list(SCALAR_EXTRA_SOURCES) if isa.name == "scalar" else []
+
+
+def validate() -> None:
+    names = [i.name for i in ISAS]
+    assert len(set(names)) == len(names), "duplicate ISA names"
+    for isa in ISAS:
+        assert isa.arch in ARCHES + ("any",), isa
+        assert "-march=native" not in isa.cflags and "-mtune=native" not in isa.cflags, isa.name
+        known = X86_FEATURES if isa.arch == "x86_64" else ARM_FEATURES
+        assert set(isa.features) <= set(known), (isa.name, isa.features)
+        for k in KERNELS:
+            assert k.name in isa.tiles, (isa.name, k.name)
+    for arch in ARCHES:
+        ranks = [i.rank for i in isas_for_arch(arch)]
+        assert len(set(ranks)) == len(ranks), f"ambiguous ranks on {arch}"
+
+
+validate()

@@ -1,0 +1,62 @@
+// Generated from templates/simd_prelude.h.j2 for ISA 'avx512' by `python -m codegen` — do not edit.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#if defined(QSDPA_X86_VIA_SIMDE)
+// Test builds only (tests/emulated/): this same source run on a CPU without the ISA, through
+// SIMDe's portable implementations of the intrinsics. Never used by the package build.
+#include "simde_x86_shim.h"
+#else
+#include <immintrin.h>
+#endif
+#include "qsdpa_types.h"
+
+namespace qsdpa {
+namespace avx512 {
+namespace {
+
+using vf = __m512;   // 16 x f32
+using vi = __m512i;   // int32 dot-product accumulator
+using vd = __m512i;   // one prepared int8 dot-product operand
+constexpr int NF = 16;        // f32 lanes
+constexpr int KB = 32;       // int8 elements of k per dot step
+constexpr int A_BIAS = 0;  // dot(A, B) sees A + A_BIAS; the kernel subtracts A_BIAS * sum(B)
+
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vset1(float x) { return _mm512_set1_ps(x); }
+inline vf vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vf x) { _mm512_storeu_ps(p, x); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vcvt_s8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p)))); }
+// AVX-512: masked loads never touch the lanes they leave out, so tails read nothing out of bounds.
+inline __mmask16 lanes16(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+inline vf vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(lanes16(n), p); }
+inline void vstore_n(float* p, vf x, int n) { _mm512_mask_storeu_ps(p, lanes16(n), x); }
+inline vf vcvt_s8_n(const int8_t* p, int n) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p)));
+}
+inline float vhsum(vf x) { return _mm512_reduce_add_ps(x); }
+inline vi dzero() { return _mm512_setzero_si512(); }
+inline int32_t dhsum(vi x) { return _mm512_reduce_add_epi32(x); }
+// Widen 32 int8 to int16 and vpmaddwd: exact for the whole int8 range (|a*b + a*b| <= 2^15).
+inline __mmask32 lanes32(int n) { return n >= 32 ? ~__mmask32(0) : ((__mmask32(1) << n) - 1); }
+inline vd dload_a(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(p))); }
+inline vd dload_b(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(p))); }
+inline vd dload_a_n(const int8_t* p, int n) { return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(lanes32(n), p)); }
+inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
+inline vi ddot(vi acc, vd a, vd b) { return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)); }
+
+// Row sums of int8 rows, exact in int32 for k <= kMaxDotK.
+inline int32_t row_sum_s8(const int8_t* p, size_t k) {
+  int32_t s = 0;
+  for (size_t i = 0; i < k; ++i) s += p[i];
+  return s;
+}
+
+}  // namespace
+}  // namespace avx512
+}  // namespace qsdpa

@@ -1,0 +1,195 @@
+// Generated from templates/module.cpp.j2 for ISA 'scalar' by `python -m codegen` — do not edit.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "array_checks.h"
+#include "qsdpa_types.h"
+#include "cpu_features.h"
+
+namespace py = pybind11;
+
+void qsdpa_dequant_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
+    const qsdpa::QMatrix& b, float* c, size_t ldc, bool accumulate);
+void qsdpa_qk_gemm_s8s8__scalar(size_t m, size_t n, size_t k, const qsdpa::QMatrix& a,
+    const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
+void qsdpa_qk_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
+    const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
+
+namespace {
+
+using qsdpa::Matrix;
+using qsdpa::Vector;
+
+// Quantized rows of `data` with their per-row scale and zero point; rows = data.rows.
+qsdpa::QMatrix qmatrix(const Matrix<int8_t>& data, const Vector<float>& scale, const Vector<int8_t>& zp) {
+  return qsdpa::QMatrix{data.data, data.ld, scale.data, scale.stride, zp.data, zp.stride, nullptr};
+}
+
+void check_output(const Matrix<float>& c, size_t m, size_t n, std::initializer_list<std::pair<const void*, size_t>> inputs) {
+  qsdpa::require(c.rows == m && c.cols == n, "c must have shape " + qsdpa::dims(m, n) + ", got " + qsdpa::dims(c.rows, c.cols));
+  for (const auto& in : inputs)
+    qsdpa::require(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kernels_scalar, mod) {
+  mod.doc() = "qsdpa kernels for ISA 'scalar' (portable C++, no ISA flags; also hosts the native CPU/OS feature check). Generated; see templates/.";
+  mod.attr("ISA") = "scalar";
+  mod.attr("MAX_DOT_K") = qsdpa::kMaxDotK;
+
+  mod.def("whoami", []() {
+    py::dict d;
+    d["isa"] = "scalar";
+    d["family"] = "scalar";
+    d["cflags"] = py::make_tuple();
+    py::dict macros;
+#ifdef __SSE2__
+    macros["__SSE2__"] = true;
+#else
+    macros["__SSE2__"] = false;
+#endif
+#ifdef __AVX__
+    macros["__AVX__"] = true;
+#else
+    macros["__AVX__"] = false;
+#endif
+#ifdef __AVX2__
+    macros["__AVX2__"] = true;
+#else
+    macros["__AVX2__"] = false;
+#endif
+#ifdef __FMA__
+    macros["__FMA__"] = true;
+#else
+    macros["__FMA__"] = false;
+#endif
+#ifdef __F16C__
+    macros["__F16C__"] = true;
+#else
+    macros["__F16C__"] = false;
+#endif
+#ifdef __AVX512F__
+    macros["__AVX512F__"] = true;
+#else
+    macros["__AVX512F__"] = false;
+#endif
+#ifdef __AVX512BW__
+    macros["__AVX512BW__"] = true;
+#else
+    macros["__AVX512BW__"] = false;
+#endif
+#ifdef __AVX512DQ__
+    macros["__AVX512DQ__"] = true;
+#else
+    macros["__AVX512DQ__"] = false;
+#endif
+#ifdef __AVX512VL__
+    macros["__AVX512VL__"] = true;
+#else
+    macros["__AVX512VL__"] = false;
+#endif
+#ifdef __AVX512VNNI__
+    macros["__AVX512VNNI__"] = true;
+#else
+    macros["__AVX512VNNI__"] = false;
+#endif
+#ifdef __ARM_NEON
+    macros["__ARM_NEON"] = true;
+#else
+    macros["__ARM_NEON"] = false;
+#endif
+#ifdef __ARM_FEATURE_DOTPROD
+    macros["__ARM_FEATURE_DOTPROD"] = true;
+#else
+    macros["__ARM_FEATURE_DOTPROD"] = false;
+#endif
+#ifdef __aarch64__
+    macros["__aarch64__"] = true;
+#else
+    macros["__aarch64__"] = false;
+#endif
+#ifdef __x86_64__
+    macros["__x86_64__"] = true;
+#else
+    macros["__x86_64__"] = false;
+#endif
+    d["macros"] = macros;
+    d["compiler"] = __VERSION__;
+    d["tiles"] = py::dict(py::arg("dequant_gemm") = py::make_tuple(4, 8), py::arg("qk_gemm") = py::make_tuple(2, 4), py::arg("qk_gemm_f32a") = py::make_tuple(2, 4));
+    return d;
+  }, "ISA, compiler and the predefined ISA macros this module was built with.");
+
+  mod.def("dequant_gemm", [](py::handle a_, py::handle b_, py::handle bs_, py::handle bz_, py::handle c_, double beta) {
+    auto a = qsdpa::matrix<float>(a_, "a", false);
+    auto b = qsdpa::matrix<int8_t>(b_, "b", false);
+    qsdpa::require(beta == 0.0 || beta == 1.0, "beta must be 0 or 1");
+    qsdpa::require(b.rows == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " rows, got " + std::to_string(b.rows));
+    auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
+    auto bz = qsdpa::vector<int8_t>(bz_, "b_zero_points", b.rows);
+    auto c = qsdpa::matrix<float>(c_, "c", true);
+    check_output(c, a.rows, b.cols, {qsdpa::extent(a), qsdpa::extent(b),
+                 qsdpa::extent(bs), qsdpa::extent(bz)});
+    if (c.rows > 0 && c.cols > 0) {
+      py::gil_scoped_release nogil;
+      if (a.cols == 0) {
+        for (size_t i = 0; i < c.rows; ++i)
+          for (size_t j = 0; j < c.cols; ++j) c.data[i * c.ld + j] = beta == 0.0 ? 0.0f : c.data[i * c.ld + j];
+      } else {
+        qsdpa_dequant_gemm_f32s8__scalar(a.rows, b.cols, a.cols, a.data, a.ld, qmatrix(b, bs, bz), c.data, c.ld, beta != 0.0);
+      }
+    }
+    return c_;
+  }, py::arg("a"), py::arg("b"), py::arg("b_scales"), py::arg("b_zero_points"), py::arg("c"), py::arg("beta") = 0.0,
+  "C[m,n] = beta*C + A[m,k] @ dequant(B[k,n]); fp32 A, per-row (per-token) int8 B.\n\na: float32 [m, k]; b: int8 [k, n]; b_scales: float32 [k]; b_zero_points: int8 [k];\n"
+  "c: float32 [m, n], written in place (read only when beta == 1). Returns c.");
+  mod.def("qk_gemm", [](py::handle a_, py::handle as_, py::handle az_, py::handle b_, py::handle bs_, py::handle bz_,
+                        py::handle c_, double alpha) {
+    auto a = qsdpa::matrix<int8_t>(a_, "a", false);
+    auto b = qsdpa::matrix<int8_t>(b_, "b", false);
+    qsdpa::require(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
+    qsdpa::require(a.cols <= qsdpa::kMaxDotK, "k = a.shape[1] must be at most " + std::to_string(qsdpa::kMaxDotK) + " (int32 exactness)");
+    auto as = qsdpa::vector<float>(as_, "a_scales", a.rows);
+    auto az = qsdpa::vector<int8_t>(az_, "a_zero_points", a.rows);
+    auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
+    auto bz = qsdpa::vector<int8_t>(bz_, "b_zero_points", b.rows);
+    auto c = qsdpa::matrix<float>(c_, "c", true);
+    check_output(c, a.rows, b.rows, {qsdpa::extent(a), qsdpa::extent(b),
+                 qsdpa::extent(as), qsdpa::extent(az),
+                 qsdpa::extent(bs), qsdpa::extent(bz)});
+    if (c.rows > 0 && c.cols > 0) {
+      py::gil_scoped_release nogil;
+      qsdpa_qk_gemm_s8s8__scalar(a.rows, b.rows, a.cols, qmatrix(a, as, az), qmatrix(b, bs, bz), static_cast<float>(alpha), c.data, c.ld);
+    }
+    return c_;
+  }, py::arg("a"), py::arg("a_scales"), py::arg("a_zero_points"), py::arg("b"), py::arg("b_scales"),
+  py::arg("b_zero_points"), py::arg("c"), py::arg("alpha") = 1.0,
+  "C[m,n] = alpha * dequant(A[m,k]) @ dequant(B[n,k]).T; exact int32 dot products.\n\na: int8 [m, k]; a_scales: float32 [m]; a_zero_points: int8 [m]; b: int8 [n, k]; b_scales: float32 [n];\n"
+  "b_zero_points: int8 [n]; c: float32 [m, n], written in place. c[i, j] = float32(d) * (float32(a_scales[i] * alpha) * b_scales[j])\n"
+  "where d = sum_k (a[i,k] - a_zp[i]) * (b[j,k] - b_zp[j]) is exact (int32, k <= MAX_DOT_K). Returns c.");
+  mod.def("qk_gemm_f32a", [](py::handle a_, py::handle b_, py::handle bs_, py::handle bz_, py::handle c_, double alpha) {
+    auto a = qsdpa::matrix<float>(a_, "a", false);
+    auto b = qsdpa::matrix<int8_t>(b_, "b", false);
+    qsdpa::require(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
+    auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
+    auto bz = qsdpa::vector<int8_t>(bz_, "b_zero_points", b.rows);
+    auto c = qsdpa::matrix<float>(c_, "c", true);
+    check_output(c, a.rows, b.rows, {qsdpa::extent(a), qsdpa::extent(b),
+                 qsdpa::extent(bs), qsdpa::extent(bz)});
+    if (c.rows > 0 && c.cols > 0) {
+      py::gil_scoped_release nogil;
+      qsdpa_qk_gemm_f32s8__scalar(a.rows, b.rows, a.cols, a.data, a.ld, qmatrix(b, bs, bz), static_cast<float>(alpha), c.data, c.ld);
+    }
+    return c_;
+  }, py::arg("a"), py::arg("b"), py::arg("b_scales"), py::arg("b_zero_points"), py::arg("c"), py::arg("alpha") = 1.0,
+  "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A.\n\na: float32 [m, k]; b: int8 [n, k]; b_scales: float32 [n]; b_zero_points: int8 [n];\n"
+  "c: float32 [m, n], written in place. Returns c.");
+
+  // The native CPU/OS feature check lives only here: this module is built without ISA flags, so it
+  // is safe to import on any CPU of its architecture, and it decides which other modules are safe.
+  qsdpa::register_cpu_features(mod);
+}
