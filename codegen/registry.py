@@ -25,8 +25,10 @@ class Isa:
     macros: Tuple[str, ...]   # predefined macros the build must show (checked by tests via whoami())
     family: str               # "scalar" | "x86" | "neon": selects the prelude section
     vocab: Dict[str, object]  # vector vocabulary rendered into the per-ISA prelude
-    # Register tiles: dequant_gemm uses MR rows x NV f32 vectors; qk_gemm uses MR x NR dot accumulators.
-    tiles: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    # Per-kernel template parameters: register tiles (dequant_gemm: MR rows x NR f32 vectors; the
+    # qk kernels: MR x NR dot accumulators) and the attention blocking (KV_BLOCK keys per step,
+    # MAX_ROWS query rows per work item).
+    tiles: Dict[str, Dict[str, int]] = field(default_factory=dict)
     description: str = ""
 
     @property
@@ -60,18 +62,23 @@ _X86_AVX512_VOCAB = dict(
 _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="smull_s16", dot_kb=16,
                    dot_a_bias=0)
 
+# Attention blocking: 256 keys keep a 64-row score block (64 KiB) and its accumulator in L2.
+_ATTENTION = dict(KV_BLOCK=256, MAX_ROWS=64)
+
 ISAS: Tuple[Isa, ...] = (
     Isa(
         name="scalar", arch="any", rank=0, cflags=(), features=(), macros=(), family="scalar",
         vocab=dict(vf="float", vi="int32_t", vd="int32_t", nf=1, dot="scalar", dot_kb=1, dot_a_bias=0),
-        tiles=dict(dequant_gemm=(4, 8), qk_gemm=(2, 4), qk_gemm_f32a=(2, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=8), qk_gemm=dict(MR=2, NR=4),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_ATTENTION),
         description="portable C++, no ISA flags; also hosts the native CPU/OS feature check",
     ),
     Isa(
         name="avx2", arch="x86_64", rank=10, cflags=("-mavx2", "-mfma", "-mf16c", "-mno-avx512f"),
         features=("avx2", "fma", "f16c"), macros=("__AVX2__", "__FMA__", "__F16C__"), family="x86",
         vocab=_X86_AVX2_VOCAB,
-        tiles=dict(dequant_gemm=(4, 2), qk_gemm=(2, 4), qk_gemm_f32a=(2, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=2), qk_gemm=dict(MR=2, NR=4),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_ATTENTION),
         description="AVX2 + FMA + F16C (Haswell, Zen 1+)",
     ),
     Isa(
@@ -80,7 +87,8 @@ ISAS: Tuple[Isa, ...] = (
         features=("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"),
         macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__"), family="x86",
         vocab=_X86_AVX512_VOCAB,
-        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
         description="AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4)",
     ),
     Isa(
@@ -92,20 +100,23 @@ ISAS: Tuple[Isa, ...] = (
         family="x86",
         # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
         vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None),
-        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
         description="AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)",
     ),
     Isa(
         name="neon", arch="aarch64", rank=10, cflags=("-march=armv8-a",), features=("asimd",),
         macros=("__ARM_NEON",), family="neon", vocab=_NEON_VOCAB,
-        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
         description="ARMv8-A Advanced SIMD",
     ),
     Isa(
         name="neon_dotprod", arch="aarch64", rank=20, cflags=("-march=armv8.2-a+dotprod",),
         features=("asimd", "asimddp"), macros=("__ARM_NEON", "__ARM_FEATURE_DOTPROD"), family="neon",
         vocab=dict(_NEON_VOCAB, dot="sdot", dot_kb=16),
-        tiles=dict(dequant_gemm=(4, 4), qk_gemm=(4, 4), qk_gemm_f32a=(4, 4)),
+        tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
         description="ARMv8.2-A + dot product (Neoverse N1, Cortex-A76, Apple M1)",
     ),
 )
@@ -127,13 +138,16 @@ KERNELS: Tuple[Kernel, ...] = (
            "C[m,n] = alpha * dequant(A[m,k]) @ dequant(B[n,k]).T; exact int32 dot products"),
     Kernel("qk_gemm_f32a", "qk_gemm_f32a.cpp.j2", "qsdpa_qk_gemm_f32s8", "qk-gemm-f32s8",
            "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A"),
+    Kernel("flash_attention", "flash_attention.cpp.j2", "qsdpa_flash_attention_s8", "flash-attention-s8",
+           "softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q"),
 )
 
 # Files rendered once per ISA besides the kernels.
 PRELUDE_TEMPLATE = "simd_prelude.h.j2"
 MODULE_TEMPLATE = "module.cpp.j2"
-# Hand-written C++ compiled into the scalar module only (no ISA flags): the native feature check.
-SCALAR_EXTRA_SOURCES = ("csrc/cpu_features.cpp",)
+# Hand-written C++ compiled into the scalar module only (no ISA flags): the native feature check and
+# the process-wide scratch arena.
+SCALAR_EXTRA_SOURCES = ("csrc/cpu_features.cpp", "csrc/scratch_arena.cpp")
 
 ARCHES = ("x86_64", "aarch64")
 

@@ -46,8 +46,7 @@ def render_cpp() -> Dict[str, str]:
         out[registry.prelude_file(isa)] = (
             _header(registry.PRELUDE_TEMPLATE, isa) + env.get_template(registry.PRELUDE_TEMPLATE).render(**ctx))
         for kernel in registry.KERNELS:
-            mr, nr = isa.tiles[kernel.name]
-            text = env.get_template(kernel.template).render(kernel=kernel, MR=mr, NR=nr, **ctx)
+            text = env.get_template(kernel.template).render(kernel=kernel, **isa.tiles[kernel.name], **ctx)
             out[registry.kernel_file(isa, kernel)] = _header(kernel.template, isa) + text
         out[registry.module_file(isa)] = (
             _header(registry.MODULE_TEMPLATE, isa) + env.get_template(registry.MODULE_TEMPLATE).render(**ctx))

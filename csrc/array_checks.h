@@ -23,6 +23,11 @@ struct DtypeName<float> {
   static constexpr char kind = 'f';
 };
 template <>
+struct DtypeName<bool> {
+  static constexpr const char* name = "bool";
+  static constexpr char kind = 'b';
+};
+template <>
 struct DtypeName<int8_t> {
   static constexpr const char* name = "int8";
   static constexpr char kind = 'i';
@@ -100,6 +105,50 @@ Vector<T> vector(const py::handle& obj, const char* name, size_t expected) {
     stride = static_cast<size_t>(s / item);
   }
   return Vector<T>{static_cast<const T*>(a.data()), n, stride};
+}
+
+// A C-contiguous array of rank `ndim` (any shape, including empty).
+template <typename T>
+struct Tensor {
+  T* data;
+  size_t shape[4];
+  size_t size;
+};
+
+template <typename T>
+Tensor<T> tensor(const py::handle& obj, const char* name, int ndim, bool writable) {
+  py::array a = as_array(obj, name);
+  check_dtype<T>(a, name);
+  if (a.ndim() != ndim)
+    throw py::value_error(std::string(name) + " must be " + std::to_string(ndim) + "-D, got " + std::to_string(a.ndim()) + "-D");
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + " must be writeable");
+  Tensor<T> t{};
+  t.size = 1;
+  for (int d = 0; d < ndim; ++d) {
+    t.shape[d] = static_cast<size_t>(a.shape(d));
+    t.size *= t.shape[d];
+  }
+  if (t.size > 0) {
+    py::ssize_t expect = sizeof(T);
+    for (int d = ndim - 1; d >= 0; --d) {
+      if (t.shape[d] > 1 && a.strides(d) != expect)
+        throw py::value_error(std::string(name) + " must be C-contiguous");
+      expect *= static_cast<py::ssize_t>(t.shape[d]);
+    }
+  }
+  t.data = writable ? static_cast<T*>(a.mutable_data()) : const_cast<T*>(static_cast<const T*>(a.data()));
+  return t;
+}
+
+template <typename T>
+size_t span_bytes(const Tensor<T>& t) {
+  return t.size * sizeof(T);
+}
+
+inline bool is_dtype(const py::handle& obj, char kind, size_t itemsize) {
+  if (!py::isinstance<py::array>(obj)) return false;
+  py::dtype dt = py::reinterpret_borrow<py::array>(obj).dtype();
+  return dt.kind() == kind && dt.itemsize() == static_cast<py::ssize_t>(itemsize);
 }
 
 inline void require(bool ok, const std::string& message) {

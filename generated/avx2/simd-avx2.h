@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #if defined(QSDPA_X86_VIA_SIMDE)
 // Test builds only (tests/emulated/): this same source run on a CPU without the ISA, through
@@ -31,6 +32,8 @@ inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vcvt_s8(const int8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p)))); }
 // AVX2 has no byte-masked loads: tails go through a zeroed stack copy (never read past p + n).
 inline vf vload_n(const float* p, int n) {
@@ -54,6 +57,17 @@ inline float vhsum(vf x) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+inline float vhmax(vf x) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline vf vround(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline vf vzero_where_less(vf x, vf lo, vf y) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y); }
 inline vi dzero() { return _mm256_setzero_si256(); }
 inline int32_t dhsum(vi x) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
@@ -71,6 +85,26 @@ inline vd dload_a_n(const int8_t* p, int n) {
 }
 inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+
+// exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
+// (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
+// exponent bits. x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
+// tests/test_attention.py::test_vexp_accuracy (measured, under 2 ulp).
+inline vf vexp(vf x) {
+  const vf lo = vset1(-87.33654475f);
+  const vf xc = vmin(vmax(x, lo), vset1(88.0f));
+  const vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
+  vf r = vfma(n, vset1(-0.693359375f), xc);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.
 inline int32_t row_sum_s8(const int8_t* p, size_t k) {

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #if defined(QSDPA_X86_VIA_SIMDE)
 // Test builds only (tests/emulated/): this same source run on a CPU without the ISA, through
@@ -31,6 +32,8 @@ inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vcvt_s8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p)))); }
 // AVX-512: masked loads never touch the lanes they leave out, so tails read nothing out of bounds.
 inline __mmask16 lanes16(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
@@ -40,6 +43,12 @@ inline vf vcvt_s8_n(const int8_t* p, int n) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(lanes16(n), p)));
 }
 inline float vhsum(vf x) { return _mm512_reduce_add_ps(x); }
+inline float vhmax(vf x) { return _mm512_reduce_max_ps(x); }
+inline vf vround(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf vpow2i(vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+inline vf vzero_where_less(vf x, vf lo, vf y) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), y); }
 inline vi dzero() { return _mm512_setzero_si512(); }
 inline int32_t dhsum(vi x) { return _mm512_reduce_add_epi32(x); }
 // vpdpbusd: u8 x s8 -> s32 in groups of 4, no saturation. A is fed as a + 128 (xor 0x80).
@@ -52,6 +61,26 @@ inline vd dload_a_n(const int8_t* p, int n) {
 }
 inline vd dload_b_n(const int8_t* p, int n) { return _mm512_maskz_loadu_epi8(lanes64(n), p); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm512_dpbusd_epi32(acc, a, b); }
+
+// exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
+// (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
+// exponent bits. x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
+// tests/test_attention.py::test_vexp_accuracy (measured, under 2 ulp).
+inline vf vexp(vf x) {
+  const vf lo = vset1(-87.33654475f);
+  const vf xc = vmin(vmax(x, lo), vset1(88.0f));
+  const vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
+  vf r = vfma(n, vset1(-0.693359375f), xc);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.
 inline int32_t row_sum_s8(const int8_t* p, size_t k) {

@@ -7,7 +7,12 @@
 #include <string>
 
 #include "array_checks.h"
+#include "attention.h"
+#include "attention_binding.h"
 #include "qsdpa_types.h"
+#define QSDPA_ARENA_OWNER 1
+#include "scratch_arena.h"
+#include "scalar/simd-scalar.h"
 #include "cpu_features.h"
 
 namespace py = pybind11;
@@ -18,6 +23,8 @@ void qsdpa_qk_gemm_s8s8__scalar(size_t m, size_t n, size_t k, const qsdpa::QMatr
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
 void qsdpa_qk_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
+void qsdpa_flash_attention_s8__scalar(const qsdpa::AttentionArgs& args, const qsdpa::AttentionPlan& plan,
+    const qsdpa::ScratchLayout& layout, unsigned char* scratch);
 
 namespace {
 
@@ -33,6 +40,19 @@ void check_output(const Matrix<float>& c, size_t m, size_t n, std::initializer_l
   qsdpa::require(c.rows == m && c.cols == n, "c must have shape " + qsdpa::dims(m, n) + ", got " + qsdpa::dims(c.rows, c.cols));
   for (const auto& in : inputs)
     qsdpa::require(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
+}
+
+// The process-wide scratch arena, owned by the scalar module (see csrc/scratch_arena.h).
+const qsdpa::ArenaApi* g_arena = nullptr;
+
+void attach_arena(py::module_& mod) {
+  std::string name = py::cast<std::string>(mod.attr("__name__"));
+  const auto dot = name.rfind('.');
+  const std::string owner = (dot == std::string::npos ? std::string() : name.substr(0, dot + 1)) + "_kernels_scalar";
+  py::capsule cap = py::module_::import(owner.c_str()).attr("_arena_api");
+  g_arena = static_cast<const qsdpa::ArenaApi*>(cap.get_pointer());
+  if (g_arena == nullptr || g_arena->abi_version != qsdpa::kArenaAbiVersion)
+    throw std::runtime_error("qsdpa: scratch arena ABI mismatch between " + owner + " and " + name);
 }
 
 }  // namespace
@@ -120,7 +140,12 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
 #endif
     d["macros"] = macros;
     d["compiler"] = __VERSION__;
-    d["tiles"] = py::dict(py::arg("dequant_gemm") = py::make_tuple(4, 8), py::arg("qk_gemm") = py::make_tuple(2, 4), py::arg("qk_gemm_f32a") = py::make_tuple(2, 4));
+    py::dict tiles;
+    tiles["dequant_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 8);
+    tiles["qk_gemm"] = py::dict(py::arg("MR") = 2, py::arg("NR") = 4);
+    tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 2, py::arg("NR") = 4);
+    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("MAX_ROWS") = 64);
+    d["tiles"] = tiles;
     return d;
   }, "ISA, compiler and the predefined ISA macros this module was built with.");
 
@@ -188,8 +213,73 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
   }, py::arg("a"), py::arg("b"), py::arg("b_scales"), py::arg("b_zero_points"), py::arg("c"), py::arg("alpha") = 1.0,
   "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A.\n\na: float32 [m, k]; b: int8 [n, k]; b_scales: float32 [n]; b_zero_points: int8 [n];\n"
   "c: float32 [m, n], written in place. Returns c.");
+  mod.def("quantized_sdpa", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key, py::handle k_scales,
+                               py::handle k_zp, py::handle value, py::handle v_scales, py::handle v_zp, py::handle mask,
+                               long long start_pos, bool is_causal, double scale, bool seq_dim2, py::handle out,
+                               int threads, int force_splits) {
+    qsdpa::require(threads >= 1, "threads must be >= 1");
+    qsdpa::require(force_splits >= 0, "force_splits must be >= 0");
+    const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
+                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
+    if (parsed.empty) return out;
+    const qsdpa::AttentionArgs& A = parsed.args;
+    const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
+                                                            static_cast<size_t>(force_splits));
+    const qsdpa::ScratchLayout layout = qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
+                                                              A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0);
+    bool got_memory;
+    {
+      py::gil_scoped_release nogil;
+      qsdpa::ArenaLease lease(g_arena, layout.total_bytes);
+      got_memory = lease.ok();
+      if (got_memory) qsdpa_flash_attention_s8__scalar(A, plan, layout, lease.data());
+    }
+    if (!got_memory) throw std::bad_alloc();
+    return out;
+  }, py::arg("query"), py::arg("q_scales"), py::arg("q_zero_points"), py::arg("key"), py::arg("k_scales"),
+  py::arg("k_zero_points"), py::arg("value"), py::arg("v_scales"), py::arg("v_zero_points"), py::arg("attn_mask"),
+  py::arg("start_pos"), py::arg("is_causal"), py::arg("scale"), py::arg("is_seq_at_dim_2"), py::arg("out"),
+  py::arg("threads"), py::arg("force_splits") = 0,
+  "softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q.\n\nLow-level entry: all arrays C-contiguous, scale already resolved, out preallocated. "
+  "Use qsdpa.quantized_sdpa, which checks and prepares the arguments.");
+
+  mod.def("attention_plan", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key, py::handle k_scales,
+                               py::handle k_zp, py::handle value, py::handle v_scales, py::handle v_zp, py::handle mask,
+                               long long start_pos, bool is_causal, double scale, bool seq_dim2, py::handle out,
+                               int threads, int force_splits) {
+    qsdpa::require(threads >= 1, "threads must be >= 1");
+    const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
+                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
+    const qsdpa::AttentionArgs& A = parsed.args;
+    const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
+                                                            static_cast<size_t>(force_splits));
+    py::dict d = qsdpa::plan_dict(plan);
+    d["scratch"] = qsdpa::layout_dict(qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
+                                                            A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0));
+    return d;
+  }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
 
   // The native CPU/OS feature check lives only here: this module is built without ISA flags, so it
   // is safe to import on any CPU of its architecture, and it decides which other modules are safe.
   qsdpa::register_cpu_features(mod);
+  qsdpa::register_scratch_arena(mod);
+  mod.def("scratch_layout", [](size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
+                               size_t partial_items) {
+    return qsdpa::layout_dict(qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items));
+  }, py::arg("threads"), py::arg("rows"), py::arg("kv_block"), py::arg("head_dim"), py::arg("float_query") = false,
+  py::arg("partial_items") = 0, "The scratch layout every variant's attention kernel uses (csrc/attention.h).");
+
+  // Test hook: the vectorised exp the softmax uses, applied to a float32 array in place.
+  mod.def("_vexp", [](py::handle x_) {
+    auto x = qsdpa::matrix<float>(x_, "x", true);
+    using namespace qsdpa::scalar;
+    for (size_t i = 0; i < x.rows; ++i) {
+      float* row = x.data + i * x.ld;
+      size_t j = 0;
+      for (; j + NF <= x.cols; j += NF) vstore(row + j, vexp(vload(row + j)));
+      for (; j < x.cols; ++j) vstore_n(row + j, vexp(vload_n(row + j, 1)), 1);
+    }
+    return x_;
+  }, py::arg("x"));
+  attach_arena(mod);
 }

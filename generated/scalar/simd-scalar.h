@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include "qsdpa_types.h"
 
@@ -29,6 +30,17 @@ inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
 inline vf vcvt_s8(const int8_t* p) { return static_cast<float>(*p); }
 inline vf vcvt_s8_n(const int8_t* p, int n) { return n > 0 ? static_cast<float>(*p) : 0.0f; }
 inline float vhsum(vf x) { return x; }
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline vf vmin(vf a, vf b) { return a < b ? a : b; }
+inline float vhmax(vf x) { return x; }
+inline vf vround(vf x) { return std::nearbyint(x); }
+inline vf vpow2i(vf n) {  // 2^n for integral n in [-126, 127]
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
+inline vf vzero_where_less(vf x, vf lo, vf y) { return x < lo ? 0.0f : y; }
 
 inline vi dzero() { return 0; }
 inline vd dload_a(const int8_t* p) { return *p; }
@@ -37,6 +49,26 @@ inline vd dload_a_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
 inline vd dload_b_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
 inline vi ddot(vi acc, vd a, vd b) { return acc + a * b; }
 inline int32_t dhsum(vi x) { return x; }
+
+// exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
+// (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
+// exponent bits. x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
+// tests/test_attention.py::test_vexp_accuracy (measured, under 2 ulp).
+inline vf vexp(vf x) {
+  const vf lo = vset1(-87.33654475f);
+  const vf xc = vmin(vmax(x, lo), vset1(88.0f));
+  const vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
+  vf r = vfma(n, vset1(-0.693359375f), xc);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+  return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.
 inline int32_t row_sum_s8(const int8_t* p, size_t k) {

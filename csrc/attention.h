@@ -1,0 +1,136 @@
+// The attention problem as the kernels see it, and the one function that lays out their scratch.
+// Header-only data and integer arithmetic: shared by every variant module and exposed to Python
+// (qsdpa.scratch_layout) so tests check exactly the layout the kernels use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace qsdpa {
+
+// Element strides of a 4-D tensor along (batch, head, sequence); the head dim is contiguous.
+struct Strides3 {
+  size_t b, h, s;
+};
+
+enum class MaskKind : int { kNone = 0, kAdditive = 1, kKeep = 2 };
+
+struct AttentionArgs {
+  size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+  size_t start_pos;
+  size_t n_keys;  // keys any row may attend: start_pos + q_len without a mask, kv_len with one
+  bool causal;    // bottom-right: query row i sees keys [0, start_pos + i]
+  float scale;
+  // Query: int8 with per-row qparams, or fp32 (q8 == nullptr).
+  const int8_t* q8;
+  const float* qf;
+  Strides3 q;
+  const float* q_scale;
+  const int8_t* q_zp;
+  Strides3 q_qp;
+  const int8_t* k;
+  Strides3 kst;
+  const float* k_scale;
+  const int8_t* k_zp;
+  Strides3 k_qp;
+  const int8_t* v;
+  Strides3 vst;
+  const float* v_scale;
+  const int8_t* v_zp;
+  Strides3 v_qp;
+  MaskKind mask_kind;
+  const float* mask_add;    // additive mask, or
+  const uint8_t* mask_keep; // boolean keep-mask (numpy bool: 0 / 1)
+  Strides3 mask;            // (batch, head, query row); keys contiguous; 0 strides broadcast
+  float* out;
+  Strides3 o;
+};
+
+// Per-call work decomposition, chosen by plan_attention() from the shape and the thread count.
+struct AttentionPlan {
+  size_t rows_per_item;  // M: query rows of one KV head processed together (group heads x positions)
+  size_t q_positions;    // query positions per item
+  size_t q_blocks;       // ceil(q_len / q_positions)
+  size_t kv_block;       // keys per inner step
+  size_t kv_splits;      // >1: flash-decoding, KV range split across items and merged afterwards
+  size_t items;          // batch * kv_heads * q_blocks * kv_splits
+  size_t threads;
+};
+
+constexpr size_t kScratchAlign = 64;
+
+inline size_t align_up(size_t bytes) { return (bytes + (kScratchAlign - 1)) & ~(kScratchAlign - 1); }
+
+// Scratch of one call. Each thread owns one slice of `slice_bytes` at `slice_bytes * thread`; the
+// flash-decoding partials follow the slices. Every offset is a multiple of 64 bytes.
+struct ScratchLayout {
+  // Offsets inside a thread's slice, and the sizes the kernel touches.
+  size_t q_off, q_bytes;          // packed query rows (int8 or fp32), M x D
+  size_t qscale_off, qscale_bytes;  // M fp32 (int8 query) ...
+  size_t qzp_off, qzp_bytes;        // ... and M int8 zero points
+  size_t s_off, s_bytes;          // scores / probabilities, M x kv_block fp32
+  size_t max_off, max_bytes;      // running row max, M fp32
+  size_t sum_off, sum_bytes;      // running row sum, M fp32
+  size_t acc_off, acc_bytes;      // output accumulator, M x D fp32
+  size_t slice_bytes;
+  size_t threads;
+  // Flash-decoding partials, one record per item: max (M), sum (M), acc (M x D), each 64-B aligned.
+  size_t partials_off, partial_record_bytes, partials_bytes;
+  size_t total_bytes;
+};
+
+inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
+                                    size_t partial_items) {
+  ScratchLayout L{};
+  size_t off = 0;
+  auto place = [&off](size_t bytes, size_t& at, size_t& size) {
+    at = off;
+    size = bytes;
+    off += align_up(bytes);
+  };
+  place(rows * head_dim * (float_query ? sizeof(float) : sizeof(int8_t)), L.q_off, L.q_bytes);
+  place(float_query ? 0 : rows * sizeof(float), L.qscale_off, L.qscale_bytes);
+  place(float_query ? 0 : rows * sizeof(int8_t), L.qzp_off, L.qzp_bytes);
+  place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
+  place(rows * sizeof(float), L.max_off, L.max_bytes);
+  place(rows * sizeof(float), L.sum_off, L.sum_bytes);
+  place(rows * head_dim * sizeof(float), L.acc_off, L.acc_bytes);
+  L.slice_bytes = off;
+  L.threads = threads;
+  L.partials_off = L.slice_bytes * threads;
+  L.partial_record_bytes = partial_items ? 2 * align_up(rows * sizeof(float)) + align_up(rows * head_dim * sizeof(float)) : 0;
+  L.partials_bytes = L.partial_record_bytes * partial_items;
+  L.total_bytes = L.partials_off + L.partials_bytes;
+  return L;
+}
+
+// Work decomposition for one call. rows: every query head of a KV head's group at up to
+// max_rows / group positions. KV splits (flash-decoding) only when there are fewer than 4 items per
+// thread, never more splits than KV blocks. force_splits > 0 overrides (tests use it).
+inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size_t kv_block, size_t max_rows,
+                                    size_t force_splits) {
+  AttentionPlan P{};
+  const size_t rep = A.q_heads / A.kv_heads;
+  size_t qpos = max_rows / rep;
+  if (qpos < 1) qpos = 1;
+  if (qpos > A.q_len) qpos = A.q_len;
+  P.q_positions = qpos;
+  P.rows_per_item = rep * qpos;
+  P.q_blocks = (A.q_len + qpos - 1) / qpos;
+  P.kv_block = kv_block;
+  P.threads = threads < 1 ? 1 : threads;
+  const size_t base = A.batch * A.kv_heads * P.q_blocks;
+  size_t splits = 1;
+  if (force_splits > 0) {
+    splits = force_splits;
+  } else if (P.threads > 1 && base < 4 * P.threads) {
+    splits = (4 * P.threads + base - 1) / base;
+    const size_t blocks = (A.n_keys + kv_block - 1) / kv_block;
+    if (splits > blocks) splits = blocks;
+    if (splits < 1) splits = 1;
+  }
+  P.kv_splits = splits;
+  P.items = base * splits;
+  return P;
+}
+
+}  // namespace qsdpa

@@ -1,0 +1,124 @@
+"""qsdpa.quantized_sdpa: ExecuTorch's llama::custom_quantized_sdpa on numpy arrays.
+
+This layer settles what the C++ entry cannot see: argument types and presence, the default scale,
+copies of non-contiguous inputs (never read with the wrong strides), and the output allocation.
+Everything about shapes, dtypes and qparam values is checked in C++ (csrc/attention_binding.h),
+before anything is written.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Optional
+
+import numpy as np
+
+from . import _dispatch
+from ._threads import get_num_threads
+
+_ARRAY_ARGS = ("query", "key", "value", "q_zero_points", "q_scales", "k_zero_points", "k_scales", "v_zero_points",
+               "v_scales", "attn_mask")
+
+
+def _as_array(name: str, x, optional: bool):
+    if x is None:
+        if optional:
+            return None
+        raise TypeError(f"{name} must be a numpy.ndarray, got None")
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+    # A strided view is copied rather than read with the wrong strides; caches are contiguous anyway.
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
+def _as_bool(name: str, x) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(x).__name__}")
+    return bool(x)
+
+
+def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_pos: int,
+                   attn_mask: Optional[np.ndarray] = None, dropout_p: float = 0.0, is_causal: bool = False,
+                   scale: Optional[float] = None, q_zero_points: Optional[np.ndarray] = None,
+                   q_scales: Optional[np.ndarray] = None, k_zero_points: Optional[np.ndarray] = None,
+                   k_scales: Optional[np.ndarray] = None, v_zero_points: Optional[np.ndarray] = None,
+                   v_scales: Optional[np.ndarray] = None, is_seq_at_dim_2: bool = False, *,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Scaled-dot-product attention over an int8 K/V cache, as ExecuTorch's ``custom_quantized_sdpa``.
+
+    Shapes are ``[B, S, H, D]`` (or ``[B, H, S, D]`` with ``is_seq_at_dim_2=True``):
+
+    - ``query``: int8 ``[B, S_q, H_q, D]`` with ``q_scales`` (float32) and ``q_zero_points`` (int8)
+      shaped ``[B, S_q, H_q, 1]``; or float32 with no q qparams.
+    - ``key``, ``value``: int8 ``[B, S_kv, H_kv, D]``, the whole cache; ``k_/v_scales`` float32 and
+      ``k_/v_zero_points`` int8 shaped ``[B, S_kv, H_kv, 1]``. Row values are ``(x - zp) * scale``.
+      ``H_q`` must be a multiple of ``H_kv`` (GQA / MQA).
+    - ``start_pos``: absolute position of query row 0; ``start_pos + S_q <= S_kv``.
+    - ``attn_mask``: None, additive float32 or boolean keep-mask, ``[S_q, S_kv]`` or
+      ``[B, H_q, S_q, S_kv]``; not together with ``is_causal``.
+    - ``is_causal``: query row i sees keys ``[0, start_pos + i]``. Without a mask, keys past
+      ``start_pos + S_q`` are never read.
+    - ``scale``: defaults to ``1/sqrt(D)``. ``dropout_p`` must be 0.
+
+    Returns float32 shaped like ``query`` (written into ``out`` when given: a C-contiguous float32
+    array of that shape, filled without allocating). A row whose keys are all masked gives 0.
+    Bad arguments raise ``TypeError``/``ValueError`` naming the argument, and ``out`` is untouched.
+    """
+    prepared = _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
+                        q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
+    return _run(_dispatch.selection().module, *prepared)
+
+
+def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
+             k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out):
+    """Check and normalise the Python-level arguments; returns _run's arguments after the module."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p must be 0.0 (qsdpa is an inference kernel), got {dropout_p}")
+    if isinstance(start_pos, (bool, np.bool_)):
+        raise TypeError("start_pos must be an int, got bool")
+    try:
+        start = operator.index(start_pos)
+    except TypeError:
+        raise TypeError(f"start_pos must be an int, got {type(start_pos).__name__}") from None
+    causal = _as_bool("is_causal", is_causal)
+    seq_dim2 = _as_bool("is_seq_at_dim_2", is_seq_at_dim_2)
+    args = dict(query=query, key=key, value=value, q_zero_points=q_zero_points, q_scales=q_scales,
+                k_zero_points=k_zero_points, k_scales=k_scales, v_zero_points=v_zero_points, v_scales=v_scales,
+                attn_mask=attn_mask)
+    arr = {name: _as_array(name, args[name], optional=name not in ("query", "key", "value")) for name in _ARRAY_ARGS}
+    if arr["attn_mask"] is not None and causal:
+        raise ValueError("attn_mask and is_causal cannot be used together")
+    mask = arr["attn_mask"]
+    if mask is not None and mask.dtype == np.float32 and not (mask < np.inf).all():
+        # NaN or +inf would poison a whole row's softmax; -inf (masked out) is fine.
+        raise ValueError("attn_mask must not contain NaN or +inf (use -inf or a bool mask to mask out keys)")
+    if arr["query"].ndim != 4:
+        raise ValueError(f"query must be 4-D, got {arr['query'].ndim}-D")
+    if scale is None:
+        head_dim = arr["query"].shape[3]
+        scale_value = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    else:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+        scale_value = float(scale)
+        if not math.isfinite(scale_value):
+            raise ValueError(f"scale must be finite, got {scale_value}")
+    if out is None:
+        result = np.empty(arr["query"].shape, dtype=np.float32)
+    else:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
+        result = out
+    return arr, start, causal, scale_value, seq_dim2, result
+
+
+def _run(module, arr, start: int, causal: bool, scale_value: float, seq_dim2: bool, result: np.ndarray,
+         force_splits: int = 0) -> np.ndarray:
+    """Run one variant module's kernel (tests call every variant through here)."""
+    module.quantized_sdpa(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
+                          arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], arr["attn_mask"],
+                          start, causal, scale_value, seq_dim2, result, get_num_threads(), force_splits)
+    return result

@@ -1,0 +1,67 @@
+"""Per-token asymmetric int8 quantization, bit-identical to PyTorch's quantized_decomposed ops.
+
+ExecuTorch's quantized KV cache quantizes each (token, head) row of D values with
+``choose_qparams_per_token_asymmetric`` and ``quantize_per_token``. Reproducing them exactly (not
+approximately) matters: a cache written by qsdpa and one written by an ExecuTorch graph must hold the
+same bytes. The float32/float64 steps below are PyTorch's, in PyTorch's order.
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+_QMIN, _QMAX = -128, 127
+_EPS32 = np.float32(np.finfo(np.float32).eps)
+
+
+def choose_qparams_per_token(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Per-row scale (float32) and zero point (float32 holding an integer in [-128, 127])."""
+    zero = np.float32(0.0)
+    lo = np.minimum(x.min(axis=-1, keepdims=True), zero)
+    hi = np.maximum(x.max(axis=-1, keepdims=True), zero)
+    scale = (hi - lo) / np.float32(_QMAX - _QMIN)
+    scale = np.maximum(scale, _EPS32)
+    descaled_min = lo / scale
+    descaled_max = hi / scale
+    from_min = np.float32(_QMIN) + descaled_min
+    from_max = np.float32(_QMAX) + descaled_max
+    zp = np.where(from_min + from_max > 0, np.float32(_QMIN) - descaled_min, np.float32(_QMAX) - descaled_max)
+    zp = np.round(np.clip(zp, np.float32(_QMIN), np.float32(_QMAX)))  # numpy rounds half to even, like torch
+    return scale.astype(np.float32), zp.astype(np.float32)
+
+
+def quantize_per_token(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quantize the last dimension of ``x`` per row, as ExecuTorch's quantized KV cache does.
+
+    Parameters
+    ----------
+    x : float32 array of shape ``[..., D]``, finite, D >= 1.
+
+    Returns
+    -------
+    (q8, scales, zero_points): int8 ``[..., D]``, float32 ``[..., 1]``, int8 ``[..., 1]``, with
+    ``x ≈ (q8 - zero_points) * scales``. Per row: ``lo = min(min(x), 0)``, ``hi = max(max(x), 0)``,
+    ``scale = max((hi - lo) / 255, eps32)``, the zero point that minimises the larger end error,
+    rounded half to even; values ``clamp(round_half_even(x * (1/scale) + zp), -128, 127)`` with the
+    product in float64 — exactly PyTorch's ``choose_qparams_per_token_asymmetric`` followed by
+    ``quantize_per_token``.
+    """
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x must be a numpy.ndarray of float32, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"x must have dtype float32, got {x.dtype}")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"x must have a last dimension of at least 1, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("x must be finite (NaN or Inf has no int8 quantization)")
+    scale, zp = choose_qparams_per_token(x)
+    inv = 1.0 / scale.astype(np.float64)
+    q = np.round(x.astype(np.float64) * inv + zp.astype(np.float64))
+    q8 = np.clip(q, _QMIN, _QMAX).astype(np.int8)
+    return q8, scale, zp.astype(np.int8)
+
+
+def dequantize_per_token(q8: np.ndarray, scales: np.ndarray, zero_points: np.ndarray) -> np.ndarray:
+    """``(q8 - zero_points) * scales`` in float32, the value ExecuTorch's kernels compute with."""
+    return (q8.astype(np.int16) - zero_points.astype(np.int16)).astype(np.float32) * scales

@@ -1,0 +1,31 @@
+"""Introspection of the attention kernels' scratch memory (one arena per process)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from . import _dispatch
+
+
+def scratch_layout(threads: int, rows: int, kv_block: int, head_dim: int, *, float_query: bool = False,
+                   partial_items: int = 0) -> Dict[str, Any]:
+    """The per-thread slice layout every variant's attention kernel uses (csrc/attention.h).
+
+    Returns ``slice`` ({part: (offset, bytes)} inside one thread's slice), ``slice_bytes``,
+    ``partials_offset`` / ``partial_record_bytes`` / ``partials_bytes`` (flash-decoding partials,
+    one record per work item) and ``total_bytes`` (what the arena must hold). Every offset is a
+    multiple of 64 bytes.
+    """
+    for name, value in (("threads", threads), ("rows", rows), ("kv_block", kv_block), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if isinstance(partial_items, bool) or not isinstance(partial_items, int) or partial_items < 0:
+        raise ValueError(f"partial_items must be an int >= 0, got {partial_items!r}")
+    return _dispatch.load_variant("scalar").scratch_layout(threads, rows, kv_block, head_dim, bool(float_query),
+                                                          partial_items)
+
+
+def arena_stats() -> Dict[str, int]:
+    """``growths`` (times the process-wide scratch arena has grown) and ``capacity_bytes``."""
+    return dict(_dispatch.load_variant("scalar").arena_stats())

@@ -1,0 +1,306 @@
+"""quantized_sdpa on every compiled variant against a float64 numpy reference on the dequantized
+tensors (ExecuTorch semantics), plus quantize_per_token, scratch layout and arena behaviour.
+
+Tolerance: |out - ref| <= 3e-5 * max|V| + 3e-5 * |ref| (absolute against the largest value a
+convex combination of V rows can reach). Its sources: float32 dot products over D (exact for
+int8 queries), float32 accumulation of P.V over the keys, and the vectorised exp (< 1 ulp,
+test_vexp_accuracy). Observed errors are around 1e-6 of max|V|.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import qsdpa
+from qsdpa import _attention
+from attention_reference import make_case
+
+RTOL = ATOL = 3e-5
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def run_variant(kmod, case, start_pos, *, mask=None, is_causal=False, scale=None, out=None, force_splits=0):
+    prepared = _attention._prepare(case.query, case.key, case.value, start_pos, mask, 0.0, is_causal, scale,
+                                   case.q_zero_points, case.q_scales, case.k_zero_points, case.k_scales,
+                                   case.v_zero_points, case.v_scales, case.seq_dim2, out)
+    return _attention._run(kmod, *prepared, force_splits=force_splits)
+
+
+def check(kmod, case, start_pos, *, mask=None, is_causal=False, scale=None, force_splits=0):
+    out = run_variant(kmod, case, start_pos, mask=mask, is_causal=is_causal, scale=scale, force_splits=force_splits)
+    ref = case.reference(start_pos, mask, is_causal, scale)
+    assert out.shape == case.query.shape and out.dtype == np.float32
+    vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
+    err = np.abs(out.astype(np.float64) - ref)
+    tol = ATOL * vmax + RTOL * np.abs(ref)
+    assert (err <= tol).all(), f"max error {err.max():.3g} (tolerance {ATOL * vmax:.3g})"
+    return out
+
+
+SHAPES = [
+    # (batch, q_heads, kv_heads, q_len, kv_len, head_dim, start_pos, causal)   what it covers
+    (1, 32, 8, 1, 2048, 128, 2047, False),   # decode deep into the cache, Llama-3-like GQA 4
+    (1, 8, 2, 64, 64, 64, 0, True),          # prefill
+    (1, 8, 2, 37, 333, 64, 200, True),       # chunked prefill, start_pos > 0, odd lengths
+    (2, 4, 4, 5, 77, 80, 60, True),          # B > 1, MHA, D = 80
+    (1, 8, 1, 3, 129, 96, 100, False),       # MQA, non-causal, D = 96
+    (2, 16, 2, 1, 700, 8, 500, False),       # GQA 8, tiny head dim, decode with KV splits
+    (1, 2, 1, 17, 290, 256, 273, True),      # D = 256
+    (1, 9, 3, 1, 1000, 64, 999, False),      # small model 9/3 heads: splits with 2 threads
+]
+
+
+@pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
+@pytest.mark.parametrize("float_query", [False, True], ids=["q8", "qf32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:6])) + f"-p{s[6]}{'c' if s[7] else ''}")
+def test_matches_reference(kmod, shape, float_query, seq_dim2):
+    b, hq, hkv, sq, skv, d, start, causal = shape
+    case = make_case(_rng(shape, float_query, seq_dim2), b, hq, hkv, sq, skv, d, float_query=float_query,
+                     seq_dim2=seq_dim2)
+    check(kmod, case, start, is_causal=causal)
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("head_dim", [8, 64, 80, 96, 128, 256])
+def test_gqa_ratios_and_head_dims(kmod, ratio, head_dim):
+    case = make_case(_rng("gqa", ratio, head_dim), 1, 16, 16 // ratio, 3, 150, head_dim)
+    check(kmod, case, 100, is_causal=True)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 7])
+def test_kv_splits_agree(kmod, splits):
+    """Flash-decoding: any split of the KV range gives the same attention."""
+    case = make_case(_rng("splits"), 1, 8, 2, 1, 1500, 64)
+    check(kmod, case, 1499, force_splits=splits)
+
+
+@pytest.mark.parametrize("kind", ["float", "bool"])
+@pytest.mark.parametrize("rank", [2, 4])
+def test_masks(kmod, kind, rank):
+    """An explicit mask covers the whole cache (ExecuTorch: kv length = the key length)."""
+    b, hq, hkv, sq, skv, d = 2, 4, 2, 6, 90, 64
+    rng = _rng("mask", kind, rank)
+    case = make_case(rng, b, hq, hkv, sq, skv, d)
+    shape = (sq, skv) if rank == 2 else (b, hq, sq, skv)
+    if kind == "bool":
+        mask = rng.random(shape) < 0.7
+        mask[..., 0] = True
+    else:
+        mask = rng.standard_normal(shape).astype(np.float32)
+        mask[rng.random(shape) < 0.3] = -np.inf
+        mask[..., 0] = 0.0
+    check(kmod, case, 40, mask=mask)
+
+
+def test_fully_masked_rows_give_zero(kmod):
+    sq, skv = 4, 50
+    case = make_case(_rng("dead"), 1, 4, 2, sq, skv, 32)
+    mask = np.ones((sq, skv), dtype=bool)
+    mask[1] = False
+    out = check(kmod, case, 0, mask=mask)
+    assert (out[:, 1] == 0).all() and np.isfinite(out).all()
+    fmask = np.zeros((sq, skv), dtype=np.float32)
+    fmask[2] = -np.inf
+    out = check(kmod, case, 0, mask=fmask)
+    assert (out[:, 2] == 0).all()
+
+
+def test_keys_past_the_window_are_never_read(kmod):
+    """Without a mask only keys < start_pos + q_len matter: garbage beyond them changes nothing."""
+    case = make_case(_rng("window"), 1, 4, 2, 2, 300, 64)
+    first = run_variant(kmod, case, 100, is_causal=True).copy()
+    case.key[:, 102:] = 127
+    case.value[:, 102:] = -128
+    case.k_scales[:, 102:] = np.nan  # not read, so not rejected either
+    case.v_scales[:, 102:] = np.inf
+    np.testing.assert_array_equal(run_variant(kmod, case, 100, is_causal=True), first)
+
+
+def test_scale_argument(kmod):
+    case = make_case(_rng("scale"), 1, 4, 4, 3, 40, 64)
+    check(kmod, case, 30, scale=0.3)
+    check(kmod, case, 30, scale=-0.05)
+
+
+def test_extreme_qparams(kmod):
+    """Zero points at both ends, constant rows, rows of +-127: quantize_per_token's corner cases."""
+    rng = _rng("extreme")
+    case = make_case(rng, 1, 4, 2, 2, 64, 32)
+    case.key[0, :8] = 127
+    case.key[0, 8:16] = -128
+    case.k_zero_points[0, :8] = -128
+    case.k_zero_points[0, 8:16] = 127
+    case.value[0, 16:24] = 5
+    check(kmod, case, 62)
+
+
+def test_variants_agree(kmod, isa_name):
+    """Every variant against the scalar variant on one decode and one prefill case."""
+    scalar = qsdpa._dispatch.load_variant("scalar")
+    for seed, shape, causal in (("agree-d", (1, 8, 2, 1, 513, 64), False), ("agree-p", (1, 8, 2, 20, 70, 64), True)):
+        case = make_case(_rng(seed), *shape)
+        start = shape[4] - shape[3]
+        a = run_variant(kmod, case, start, is_causal=causal)
+        b = run_variant(scalar, case, start, is_causal=causal)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()), err_msg=isa_name)
+
+
+def test_vexp_accuracy(kmod):
+    """The softmax's exp: < 2 ulp relative error on [-87.3, 0], exactly 0 below, 1 at 0."""
+    x = np.linspace(-87.33, 0.0, 400_003, dtype=np.float32)[None, :]
+    y = kmod._vexp(x.copy())
+    ref = np.exp(x.astype(np.float64))
+    rel = np.abs(y - ref) / ref
+    assert rel.max() < 2 * 2.0**-23, rel.max()
+    edge = kmod._vexp(np.array([[-np.inf, -1000.0, -88.0, 0.0]], dtype=np.float32))
+    np.testing.assert_array_equal(edge, [[0.0, 0.0, 0.0, 1.0]])
+
+
+# ---------------------------------------------------------------------------------- dispatched API
+def test_public_api_uses_the_selected_variant():
+    case = make_case(_rng("api"), 1, 8, 2, 1, 100, 64)
+    out = qsdpa.quantized_sdpa(case.query, case.key, case.value, 99, **case.kwargs())
+    ref = run_variant(qsdpa._dispatch.selection().module, case, 99)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_out_argument_is_filled_in_place():
+    case = make_case(_rng("out"), 1, 8, 2, 1, 100, 64)
+    out = np.full(case.query.shape, np.nan, dtype=np.float32)
+    res = qsdpa.quantized_sdpa(case.query, case.key, case.value, 99, out=out, **case.kwargs())
+    assert res is out and np.isfinite(out).all()
+
+
+def test_non_contiguous_inputs_are_read_correctly():
+    case = make_case(_rng("noncontig"), 1, 4, 2, 3, 50, 32, seq_dim2=True)
+    expected = qsdpa.quantized_sdpa(case.query, case.key, case.value, 40, **case.kwargs())
+    # The same tensors as [B, S, H, D] transposed views of [B, H, S, D]: strides are not C order.
+    kw = case.kwargs()
+    views = {k: (np.swapaxes(np.ascontiguousarray(np.swapaxes(v, 1, 2)), 1, 2) if isinstance(v, np.ndarray) else v)
+             for k, v in kw.items()}
+    q = np.swapaxes(np.ascontiguousarray(np.swapaxes(case.query, 1, 2)), 1, 2)
+    k = np.swapaxes(np.ascontiguousarray(np.swapaxes(case.key, 1, 2)), 1, 2)
+    v = np.swapaxes(np.ascontiguousarray(np.swapaxes(case.value, 1, 2)), 1, 2)
+    assert not q.flags.c_contiguous
+    np.testing.assert_array_equal(qsdpa.quantized_sdpa(q, k, v, 40, **views), expected)
+
+
+def test_empty_query():
+    case = make_case(_rng("empty"), 1, 4, 2, 0, 50, 32)
+    out = qsdpa.quantized_sdpa(case.query, case.key, case.value, 10, **case.kwargs())
+    assert out.shape == case.query.shape
+
+
+def test_threads_do_not_change_the_result_beyond_rounding():
+    case = make_case(_rng("threads"), 1, 8, 2, 1, 3000, 64)
+    before = qsdpa.get_num_threads()
+    try:
+        qsdpa.set_num_threads(1)
+        one = qsdpa.quantized_sdpa(case.query, case.key, case.value, 2999, **case.kwargs())
+        qsdpa.set_num_threads(2)
+        two = qsdpa.quantized_sdpa(case.query, case.key, case.value, 2999, **case.kwargs())
+    finally:
+        qsdpa.set_num_threads(before)
+    np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError):
+        qsdpa.set_num_threads(0)
+    with pytest.raises(TypeError):
+        qsdpa.set_num_threads(1.5)
+
+
+# --------------------------------------------------------------------------- scratch and the arena
+@pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials",
+                         [(1, 4, 256, 128, False, 0), (2, 64, 256, 128, True, 0), (2, 3, 256, 80, False, 9),
+                          (8, 1, 16, 8, False, 33), (3, 96, 512, 256, True, 12)])
+def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials):
+    L = qsdpa.scratch_layout(threads, rows, kv_block, head_dim, float_query=float_query, partial_items=partials)
+    qbytes = rows * head_dim * (4 if float_query else 1)
+    expected = {"query": qbytes, "query_scales": 0 if float_query else 4 * rows,
+                "query_zero_points": 0 if float_query else rows, "scores": 4 * rows * kv_block,
+                "row_max": 4 * rows, "row_sum": 4 * rows, "accumulator": 4 * rows * head_dim}
+    parts = sorted(L["slice"].items(), key=lambda kv: kv[1][0])
+    end = 0
+    for name, (off, size) in parts:
+        assert size == expected[name], name            # exactly what the kernel touches
+        assert off % 64 == 0, name                     # 64-byte aligned
+        assert off >= end, name                        # no overlap with the previous part
+        end = off + size
+    assert L["slice_bytes"] % 64 == 0 and end <= L["slice_bytes"] < end + 64 * len(parts)
+    assert L["partials_offset"] == L["slice_bytes"] * threads
+    record = 2 * (-(-4 * rows // 64) * 64) + -(-4 * rows * head_dim // 64) * 64
+    assert L["partial_record_bytes"] == (record if partials else 0)
+    assert L["total_bytes"] == L["partials_offset"] + partials * L["partial_record_bytes"]
+
+
+def test_plan_matches_layout_and_arena_is_reused():
+    case = make_case(_rng("arena"), 1, 8, 2, 1, 900, 64)
+    mod = qsdpa._dispatch.selection().module
+    prepared = _attention._prepare(case.query, case.key, case.value, 899, None, 0.0, False, None,
+                                   case.q_zero_points, case.q_scales, case.k_zero_points, case.k_scales,
+                                   case.v_zero_points, case.v_scales, False, None)
+    arr, start, causal, scale, seq_dim2, out = prepared
+    plan = mod.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
+                              arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None, start,
+                              causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
+    assert plan["rows_per_item"] == 4 and plan["items"] == plan["kv_splits"] * 2
+    assert plan["scratch"] == qsdpa.scratch_layout(plan["threads"], plan["rows_per_item"], plan["kv_block"], 64,
+                                                   partial_items=plan["items"] if plan["kv_splits"] > 1 else 0)
+    qsdpa.quantized_sdpa(case.query, case.key, case.value, 899, out=out, **case.kwargs())
+    stats = qsdpa.arena_stats()
+    assert stats["capacity_bytes"] >= plan["scratch"]["total_bytes"]
+    for _ in range(20):
+        qsdpa.quantized_sdpa(case.query, case.key, case.value, 899, out=out, **case.kwargs())
+    assert qsdpa.arena_stats()["growths"] == stats["growths"], "same shape again must not grow the arena"
+
+
+# ------------------------------------------------------------------------------- quantize_per_token
+def test_quantize_per_token_roundtrip():
+    rng = _rng("quant")
+    x = (rng.standard_normal((3, 5, 7, 64)) * rng.uniform(0.01, 100, size=(3, 5, 7, 1))).astype(np.float32)
+    q8, s, z = qsdpa.quantize_per_token(x)
+    assert (q8.dtype, s.dtype, z.dtype) == (np.int8, np.float32, np.int8)
+    assert q8.shape == x.shape and s.shape == z.shape == x.shape[:-1] + (1,)
+    err = np.abs(qsdpa.dequantize_per_token(q8, s, z).astype(np.float64) - x)
+    assert (err <= 0.5 * s * (1 + 1e-5) + 1e-6 * np.abs(x)).all()
+
+
+def test_quantize_per_token_corner_rows():
+    x = np.array([[0.0] * 4, [3.0] * 4, [-2.0] * 4, [-1.0, 0.0, 1.0, 2.0], [1e-30, 0, 0, 0], [1e30, -1e30, 0, 1]],
+                 dtype=np.float32)
+    q8, s, z = qsdpa.quantize_per_token(x)
+    assert (s > 0).all() and np.isfinite(s).all()
+    assert z[0, 0] in (-128, 127)  # an all-zero row keeps zero exact: x = 0 <=> q8 = zp
+    np.testing.assert_array_equal(q8[0], z[0, 0])
+
+
+@pytest.mark.parametrize("bad,exc", [([1.0, 2.0], TypeError), (np.ones(3, np.float64), TypeError),
+                                     (np.array([np.nan, 1.0], np.float32), ValueError),
+                                     (np.zeros((2, 0), np.float32), ValueError)])
+def test_quantize_per_token_rejects(bad, exc):
+    with pytest.raises(exc):
+        qsdpa.quantize_per_token(bad)
+
+
+def test_quantize_per_token_is_bit_identical_to_pytorch():
+    torch = pytest.importorskip("torch")
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401  (registers the ops)
+
+    qd = torch.ops.quantized_decomposed
+    rng = _rng("torch")
+    rows = [rng.standard_normal((64, 128)) * 3, rng.uniform(0, 5, (32, 64)), -rng.uniform(0, 5, (32, 64)),
+            rng.standard_normal((16, 8)) * 1e-6, rng.standard_normal((16, 8)) * 1e6, np.zeros((2, 8)),
+            np.full((2, 8), 7.0), rng.standard_normal((8, 3)) + 100]
+    for x in rows:
+        x = x.astype(np.float32)
+        t = torch.from_numpy(x)
+        s, z = qd.choose_qparams_per_token_asymmetric.default(t, torch.int8)
+        t8 = qd.quantize_per_token(t, s, z, -128, 127, torch.int8)
+        q8, ours_s, ours_z = qsdpa.quantize_per_token(x)
+        np.testing.assert_array_equal(q8, t8.numpy())
+        np.testing.assert_array_equal(ours_s, s.to(torch.float32).numpy())
+        np.testing.assert_array_equal(ours_z, z.to(torch.int8).numpy())
