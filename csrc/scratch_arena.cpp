@@ -19,8 +19,8 @@ std::atomic<uint64_t> g_growths{0};
 void* arena_acquire(size_t bytes) {
   g_arena_mutex.lock();
   if (bytes > g_capacity) {
-    // Round growth up to 64 KiB so shapes that creep upward do not regrow on every call.
-    const size_t want = (bytes + 0xFFFF) & ~size_t(0xFFFF);
+    // Exactly what the layout asks for (aligned_alloc wants a multiple of the alignment).
+    const size_t want = (bytes + 63) & ~size_t(63);
     void* block = std::aligned_alloc(64, want);
     if (block == nullptr) {
       g_arena_mutex.unlock();

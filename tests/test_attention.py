@@ -258,6 +258,42 @@ def test_plan_matches_layout_and_arena_is_reused():
     assert qsdpa.arena_stats()["growths"] == stats["growths"], "same shape again must not grow the arena"
 
 
+def test_arena_holds_exactly_the_layout_in_a_fresh_process():
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, numpy as np, qsdpa
+        from qsdpa import _attention
+        sys.path.insert(0, sys.argv[1])
+        from attention_reference import make_case
+        case = make_case(np.random.default_rng(0), 1, 8, 2, 1, 900, 64)
+        args = _attention._prepare(case.query, case.key, case.value, 899, None, 0.0, False, None,
+                                   case.q_zero_points, case.q_scales, case.k_zero_points, case.k_scales,
+                                   case.v_zero_points, case.v_scales, False, None)
+        arr, start, causal, scale, seq_dim2, out = args
+        mod = qsdpa._dispatch.selection().module
+        plan = mod.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
+                                  arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None,
+                                  start, causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
+        assert qsdpa.arena_stats() == {"growths": 0, "capacity_bytes": 0}
+        for _ in range(5):
+            _attention._run(mod, *args)
+        stats = qsdpa.arena_stats()
+        assert stats == {"growths": 1, "capacity_bytes": plan["scratch"]["total_bytes"]}, (stats, plan)
+        print("ok")
+    """)
+    import pathlib
+
+    try:
+        res = subprocess.run([sys.executable, "-c", code, str(pathlib.Path(__file__).parent)], capture_output=True,
+                             text=True, timeout=120)
+    except OSError as exc:  # qemu-user without binfmt cannot exec a child interpreter
+        pytest.skip(f"cannot run a child interpreter here: {exc}")
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
 # ------------------------------------------------------------------------------- quantize_per_token
 def test_quantize_per_token_roundtrip():
     rng = _rng("quant")
