@@ -263,6 +263,9 @@ def selection() -> Selection:
     Raises ValueError when QSDPA_ISA names no variant, VariantUnavailableError when it names one
     that cannot run here (or when none can). Failures are not cached."""
     global _selection
+    resolved = _selection  # fast path for every kernel call after the first: no lock
+    if resolved is not None:
+        return resolved
     with _lock:
         if _selection is None:
             p = probe()

@@ -213,6 +213,20 @@ def test_threads_do_not_change_the_result_beyond_rounding():
         qsdpa.set_num_threads(1.5)
 
 
+def test_omp_num_threads_sets_the_default():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    try:
+        res = subprocess.run([sys.executable, "-c", "import qsdpa; print(qsdpa.get_num_threads())"], env=env,
+                             capture_output=True, text=True, timeout=120)
+    except OSError as exc:  # qemu-user without binfmt cannot exec a child interpreter
+        pytest.skip(f"cannot run a child interpreter here: {exc}")
+    assert res.returncode == 0 and res.stdout.strip() == "1", res.stdout + res.stderr
+
+
 # --------------------------------------------------------------------------- scratch and the arena
 @pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials",
                          [(1, 4, 256, 128, False, 0), (2, 64, 256, 128, True, 0), (2, 3, 256, 80, False, 9),
