@@ -26,10 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Print the runtime report (same as qsdpa.show_runtime()). Exits 2 "
                                       "when QSDPA_ISA is invalid or names a variant this machine cannot run.")
     info.set_defaults(func=_cmd_info)
+    bench = sub.add_parser("bench", help="time qsdpa against PyTorch / ExecuTorch / numpy in one run",
+                           add_help=False)
+    bench.set_defaults(func=None)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # bench has its own parser (and options)
+        from . import _bench
+
+        return _bench.main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 
