@@ -21,7 +21,8 @@ def test_quick_plan_is_small_and_full_plan_covers_the_issue():
 def test_one_case_runs_and_reports_every_peer(tmp_path):
     peers = _bench._Peers()
     case = _bench.Case("small", "decode", 64, 1, 1)
-    res = _bench.run_case(case, peers, rounds=3, budget_s=1.0, rng=__import__("numpy").random.default_rng(0))
+    res = _bench.run_case(case, peers, rounds=3, budget_s=1.0, rng=__import__("numpy").random.default_rng(0), bandwidth=1e10)
+    assert res.floor_us and res.floor_us > 0
     assert res.median_us["qsdpa"] > 0
     for name in ("torch fp32", "ET int8", "ET fp32"):
         assert (name in res.median_us) != (name in res.missing), f"{name} neither timed nor reported missing"
