@@ -63,14 +63,17 @@ _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="
                    dot_a_bias=0)
 
 # Attention blocking: 256 keys keep a 64-row score block (64 KiB) and its accumulator in L2.
-_ATTENTION = dict(KV_BLOCK=256, MAX_ROWS=64)
+# Register tiles: QK_ROWS x QK_KEYS int32 dot accumulators (rows share each widened key vector),
+# PV_ROWS rows x PV_VECS f32 vectors (rows share each widened value vector).
+def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int) -> Dict[str, int]:
+    return dict(KV_BLOCK=256, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows, PV_VECS=pv_vecs)
 
 ISAS: Tuple[Isa, ...] = (
     Isa(
         name="scalar", arch="any", rank=0, cflags=(), features=(), macros=(), family="scalar",
         vocab=dict(vf="float", vi="int32_t", vd="int32_t", nf=1, dot="scalar", dot_kb=1, dot_a_bias=0),
         tiles=dict(dequant_gemm=dict(MR=4, NR=8), qk_gemm=dict(MR=2, NR=4),
-                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 4)),
         description="portable C++, no ISA flags; also hosts the native CPU/OS feature check",
     ),
     Isa(
@@ -78,7 +81,7 @@ ISAS: Tuple[Isa, ...] = (
         features=("avx2", "fma", "f16c"), macros=("__AVX2__", "__FMA__", "__F16C__"), family="x86",
         vocab=_X86_AVX2_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=2), qk_gemm=dict(MR=2, NR=4),
-                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 2)),
         description="AVX2 + FMA + F16C (Haswell, Zen 1+)",
     ),
     Isa(
@@ -88,7 +91,7 @@ ISAS: Tuple[Isa, ...] = (
         macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__"), family="x86",
         vocab=_X86_AVX512_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
         description="AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4)",
     ),
     Isa(
@@ -101,14 +104,14 @@ ISAS: Tuple[Isa, ...] = (
         # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
         vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
         description="AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)",
     ),
     Isa(
         name="neon", arch="aarch64", rank=10, cflags=("-march=armv8-a",), features=("asimd",),
         macros=("__ARM_NEON",), family="neon", vocab=_NEON_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
         description="ARMv8-A Advanced SIMD",
     ),
     Isa(
@@ -116,7 +119,7 @@ ISAS: Tuple[Isa, ...] = (
         features=("asimd", "asimddp"), macros=("__ARM_NEON", "__ARM_FEATURE_DOTPROD"), family="neon",
         vocab=dict(_NEON_VOCAB, dot="sdot", dot_kb=16),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_ATTENTION),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
         description="ARMv8.2-A + dot product (Neoverse N1, Cortex-A76, Apple M1)",
     ),
 )

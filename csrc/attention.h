@@ -64,19 +64,28 @@ inline size_t align_up(size_t bytes) { return (bytes + (kScratchAlign - 1)) & ~(
 // flash-decoding partials follow the slices. Every offset is a multiple of 64 bytes.
 struct ScratchLayout {
   // Offsets inside a thread's slice, and the sizes the kernel touches.
-  size_t q_off, q_bytes;          // packed query rows (int8 or fp32), M x D
-  size_t qscale_off, qscale_bytes;  // M fp32 (int8 query) ...
-  size_t qzp_off, qzp_bytes;        // ... and M int8 zero points
-  size_t s_off, s_bytes;          // scores / probabilities, M x kv_block fp32
-  size_t max_off, max_bytes;      // running row max, M fp32
-  size_t sum_off, sum_bytes;      // running row sum, M fp32
-  size_t acc_off, acc_bytes;      // output accumulator, M x D fp32
+  size_t q_off, q_bytes;            // packed query rows: fp32 M x D, or int16 (q - zq) M x pad(D)
+  size_t qscale_off, qscale_bytes;  // int8 query: M fp32 (q scale * softmax scale) ...
+  size_t qsum_off, qsum_bytes;      // ... and M int32 sums of (q - zq)
+  size_t dots_off, dots_bytes;      // int8 query: exact int32 dot products, M x kv_block
+  size_t s_off, s_bytes;            // scores / probabilities / weights, M x kv_block fp32
+  size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32)
+  size_t max_off, max_bytes;        // running row max, M fp32
+  size_t sum_off, sum_bytes;        // running row sum, M fp32
+  size_t terms_off, terms_bytes;    // per row: accumulator rescale and V zero-point term, 2 x M fp32
+  size_t acc_off, acc_bytes;        // output accumulator, M x D fp32
   size_t slice_bytes;
   size_t threads;
   // Flash-decoding partials, one record per item: max (M), sum (M), acc (M x D), each 64-B aligned.
   size_t partials_off, partial_record_bytes, partials_bytes;
   size_t total_bytes;
 };
+
+// int8 query rows are stored as int16 (q - zq) zero-padded to a multiple of this many elements, so
+// every variant's dot step (up to 32 int16) reads whole vectors of them.
+constexpr size_t kQueryPad = 64;
+
+inline size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad - 1) / kQueryPad * kQueryPad; }
 
 inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
                                     size_t partial_items) {
@@ -87,12 +96,17 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
     size = bytes;
     off += align_up(bytes);
   };
-  place(rows * head_dim * (float_query ? sizeof(float) : sizeof(int8_t)), L.q_off, L.q_bytes);
-  place(float_query ? 0 : rows * sizeof(float), L.qscale_off, L.qscale_bytes);
-  place(float_query ? 0 : rows * sizeof(int8_t), L.qzp_off, L.qzp_bytes);
+  const size_t i8q = float_query ? 0 : 1;
+  place(float_query ? rows * head_dim * sizeof(float) : rows * query_row_elems(head_dim) * sizeof(int16_t), L.q_off,
+        L.q_bytes);
+  place(i8q * rows * sizeof(float), L.qscale_off, L.qscale_bytes);
+  place(i8q * rows * sizeof(int32_t), L.qsum_off, L.qsum_bytes);
+  place(i8q * rows * kv_block * sizeof(int32_t), L.dots_off, L.dots_bytes);
   place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
+  place(4 * kv_block * sizeof(float), L.params_off, L.params_bytes);
   place(rows * sizeof(float), L.max_off, L.max_bytes);
   place(rows * sizeof(float), L.sum_off, L.sum_bytes);
+  place(2 * rows * sizeof(float), L.terms_off, L.terms_bytes);
   place(rows * head_dim * sizeof(float), L.acc_off, L.acc_bytes);
   L.slice_bytes = off;
   L.threads = threads;

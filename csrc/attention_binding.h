@@ -159,25 +159,17 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
     const int nd = static_cast<int>(py::reinterpret_borrow<py::array>(mask_).ndim());
     require(nd == 2 || nd == 4, "attn_mask must be 2-D [q_len, kv_len] or 4-D [batch, q_heads, q_len, kv_len]");
     size_t shape[4];
-    const void* data;
-    size_t bytes;
     if (keep) {
       auto m = tensor<bool>(mask_, "attn_mask", nd, false);
       std::copy(m.shape, m.shape + 4, shape);
-      data = m.data;
-      bytes = span_bytes(m);
       A.mask_keep = reinterpret_cast<const uint8_t*>(m.data);
       A.mask_kind = MaskKind::kKeep;
     } else {
       auto m = tensor<float>(mask_, "attn_mask", nd, false);
       std::copy(m.shape, m.shape + 4, shape);
-      data = m.data;
-      bytes = span_bytes(m);
       A.mask_add = m.data;
       A.mask_kind = MaskKind::kAdditive;
     }
-    (void)data;
-    (void)bytes;
     if (nd == 2) {
       require(shape[0] == dq.s && shape[1] == dk.s, "attn_mask must have shape [" + std::to_string(dq.s) + ", " +
               std::to_string(dk.s) + "] ([q_len, kv_len]), got [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]");
@@ -251,10 +243,13 @@ inline py::dict layout_dict(const ScratchLayout& L) {
   const auto part = [&parts](const char* name, size_t off, size_t bytes) { parts[name] = py::make_tuple(off, bytes); };
   part("query", L.q_off, L.q_bytes);
   part("query_scales", L.qscale_off, L.qscale_bytes);
-  part("query_zero_points", L.qzp_off, L.qzp_bytes);
+  part("query_sums", L.qsum_off, L.qsum_bytes);
+  part("dots", L.dots_off, L.dots_bytes);
   part("scores", L.s_off, L.s_bytes);
+  part("block_params", L.params_off, L.params_bytes);
   part("row_max", L.max_off, L.max_bytes);
   part("row_sum", L.sum_off, L.sum_bytes);
+  part("row_terms", L.terms_off, L.terms_bytes);
   part("accumulator", L.acc_off, L.acc_bytes);
   d["slice"] = parts;
   d["partials_offset"] = L.partials_off;

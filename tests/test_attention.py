@@ -233,10 +233,12 @@ def test_omp_num_threads_sets_the_default():
                           (8, 1, 16, 8, False, 33), (3, 96, 512, 256, True, 12)])
 def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials):
     L = qsdpa.scratch_layout(threads, rows, kv_block, head_dim, float_query=float_query, partial_items=partials)
-    qbytes = rows * head_dim * (4 if float_query else 1)
-    expected = {"query": qbytes, "query_scales": 0 if float_query else 4 * rows,
-                "query_zero_points": 0 if float_query else rows, "scores": 4 * rows * kv_block,
-                "row_max": 4 * rows, "row_sum": 4 * rows, "accumulator": 4 * rows * head_dim}
+    # int8 queries are kept as int16 (q - zq), each row zero-padded to a multiple of 64 elements.
+    qbytes = rows * head_dim * 4 if float_query else rows * -(-head_dim // 64) * 64 * 2
+    i8 = 0 if float_query else 1
+    expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 4 * rows,
+                "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block,
+                "row_max": 4 * rows, "row_sum": 4 * rows, "row_terms": 8 * rows, "accumulator": 4 * rows * head_dim}
     parts = sorted(L["slice"].items(), key=lambda kv: kv[1][0])
     end = 0
     for name, (off, size) in parts:

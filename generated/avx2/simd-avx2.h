@@ -85,6 +85,22 @@ inline vd dload_a_n(const int8_t* p, int n) {
 }
 inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+// Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16 (|q - zq| <=
+// 255), K widened to int16; every product pair fits int32 exactly.
+constexpr int QKB = 16;
+using vk = __m256i;
+inline vk kload16(const int8_t* p) { return dload_a(p); }
+inline vk kload16_n(const int8_t* p, int n) { return dload_a_n(p, n); }
+inline vi qdot16(vi acc, vk k, const int16_t* q) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
+}
+// Eight accumulators -> their eight sums (out[i] = sum of a[i]) with one hadd tree.
+inline void dreduce8(const vi* a, int32_t* out) {
+  const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+  const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(a[4], a[5]), _mm256_hadd_epi32(a[6], a[7]));
+  const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
@@ -104,6 +120,12 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(5.0000001201e-1f));
   p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
   return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
+
+// Software prefetch of one row into L2 (every 64-byte line of it): the K/V rows of one head are
+// strided in the cache ([B, S, H, D]: H*D bytes apart), which the hardware prefetchers follow badly.
+inline void prefetch_row(const int8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.

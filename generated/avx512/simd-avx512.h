@@ -58,6 +58,26 @@ inline vd dload_b(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si
 inline vd dload_a_n(const int8_t* p, int n) { return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(lanes32(n), p)); }
 inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)); }
+// Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16 (|q - zq| <=
+// 255), K widened to int16; every product pair fits int32 exactly.
+constexpr int QKB = 32;
+using vk = __m512i;
+inline vk kload16(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline vk kload16_n(const int8_t* p, int n) {
+  return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(static_cast<__mmask32>(n >= 32 ? ~0u : ((1u << n) - 1u)), p));
+}
+inline vi qdot16(vi acc, vk k, const int16_t* q) {
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(k, _mm512_loadu_si512(q)));
+}
+// Eight accumulators -> their eight sums (out[i] = sum of a[i]): fold to 256 bits, then a hadd tree.
+inline void dreduce8(const vi* a, int32_t* out) {
+  __m256i h[8];
+  for (int i = 0; i < 8; ++i) h[i] = _mm256_add_epi32(_mm512_castsi512_si256(a[i]), _mm512_extracti64x4_epi64(a[i], 1));
+  const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+  const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(h[4], h[5]), _mm256_hadd_epi32(h[6], h[7]));
+  const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
@@ -77,6 +97,12 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(5.0000001201e-1f));
   p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
   return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
+
+// Software prefetch of one row into L2 (every 64-byte line of it): the K/V rows of one head are
+// strided in the cache ([B, S, H, D]: H*D bytes apart), which the hardware prefetchers follow badly.
+inline void prefetch_row(const int8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.

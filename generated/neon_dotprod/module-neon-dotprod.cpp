@@ -142,7 +142,7 @@ PYBIND11_MODULE(_kernels_neon_dotprod, mod) {
     tiles["dequant_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
-    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("MAX_ROWS") = 64);
+    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4);
     d["tiles"] = tiles;
     return d;
   }, "ISA, compiler and the predefined ISA macros this module was built with.");

@@ -62,6 +62,24 @@ inline vd dload_a_n(const int8_t* p, int n) {
 inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline int32_t dhsum(vi x) { return vaddvq_s32(x); }
 inline vi ddot(vi acc, vd a, vd b) { return vdotq_s32(acc, a, b); }
+// Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16, K widened;
+// int16 x int16 multiply-accumulate into int32 (exact: |q - zq| <= 255, |k| <= 128).
+constexpr int QKB = 8;
+using vk = int16x8_t;
+inline vk kload16(const int8_t* p) { return vmovl_s8(vld1_s8(p)); }
+inline vk kload16_n(const int8_t* p, int n) {
+  int8_t t[8] = {0};
+  std::memcpy(t, p, static_cast<size_t>(n));
+  return vmovl_s8(vld1_s8(t));
+}
+inline vi qdot16(vi acc, vk k, const int16_t* q) {
+  const int16x8_t qv = vld1q_s16(q);
+  return vmlal_high_s16(vmlal_s16(acc, vget_low_s16(k), vget_low_s16(qv)), k, qv);
+}
+inline void dreduce8(const vi* a, int32_t* out) {
+  vst1q_s32(out, vpaddq_s32(vpaddq_s32(a[0], a[1]), vpaddq_s32(a[2], a[3])));
+  vst1q_s32(out + 4, vpaddq_s32(vpaddq_s32(a[4], a[5]), vpaddq_s32(a[6], a[7])));
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
@@ -81,6 +99,12 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(5.0000001201e-1f));
   p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
   return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
+
+// Software prefetch of one row into L2 (every 64-byte line of it): the K/V rows of one head are
+// strided in the cache ([B, S, H, D]: H*D bytes apart), which the hardware prefetchers follow badly.
+inline void prefetch_row(const int8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.

@@ -1,14 +1,22 @@
 // Generated from templates/flash_attention.cpp.j2 for ISA 'scalar' by `python -m codegen` — do not edit.
 // softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q
-// kv_block = 256 keys, up to 64 query rows per work item.
+// kv_block = 256 keys, up to 64 query rows per work item; Q.K^T tile 4 rows x
+// 2 keys, P.V tile 4 rows x 4x1 f32.
 //
 // Work item = (batch, KV head, block of query positions, KV split). Its rows are every query head
 // of the KV head's group at every position of the block, so each int8 K/V byte is loaded and
-// widened once per item, not once per query head. Per KV block: S = scale * Q.K^T (qk_gemm), mask,
-// online softmax (running max and sum per row, vectorised exp), acc += P.V (dequant_gemm, no
-// dequantized V). Decode with too few items for the threads splits the KV range (flash-decoding)
-// and merges (max, sum, acc) afterwards. Scratch: one slice per thread of the process-wide arena,
-// laid out by qsdpa::scratch_layout; nothing in it is zero-filled that the kernel overwrites.
+// widened once per row tile, not once per query head. Per KV block:
+//   S = scale * Q.K^T: int8 query rows are shifted by their zero point once per call into int16
+//     (q - zq), so d = sum (q - zq)(k - zk) = dot(q - zq, k) - zk * sum(q - zq) needs no K row sums;
+//     d is exact in int32, and S = float(d) * ((sq * scale) * sk) is the qk_gemm kernel's epilogue,
+//     so scores are bit-identical across variants (fp32 queries use qk_gemm_f32a);
+//   mask, online softmax (running max and sum per row, vectorised exp);
+//   acc = acc * rescale + W.V - z_row with W = P * s_v (each token's V scale folded into its
+//     weight) and z_row = sum_t W[t] * z_v[t]: int8 V rows are widened in registers, never
+//     dequantized into memory.
+// Decode with too few items for the threads splits the KV range (flash-decoding) and merges (max,
+// sum, acc) afterwards. Scratch: one slice per thread of the process-wide arena, laid out by
+// qsdpa::scratch_layout; nothing in it is zero-filled that the kernel overwrites.
 #ifdef _OPENMP
 #include <omp.h>
 #else
@@ -22,12 +30,8 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 #include "attention.h"
 #include "scalar/simd-scalar.h"
 
-void qsdpa_qk_gemm_s8s8__scalar(size_t m, size_t n, size_t k, const qsdpa::QMatrix& a,
-    const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
 void qsdpa_qk_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
-void qsdpa_dequant_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
-    const qsdpa::QMatrix& b, float* c, size_t ldc, bool accumulate);
 
 namespace qsdpa {
 namespace scalar {
@@ -49,9 +53,9 @@ inline void scale_row(float* x, size_t n, float c) {
   for (; j < n; ++j) x[j] *= c;
 }
 
-// One row of scores -> probabilities for this block, updating the row's running max and sum and
-// rescaling its accumulator. Returns nothing; a row with no attended key so far keeps p = 0.
-inline void softmax_row(float* s, size_t nb, float& row_max, float& row_sum, float* acc, size_t head_dim, bool first) {
+// One row of scores -> probabilities for this block, updating the row's running max and sum.
+// Returns the factor the row's accumulator must be rescaled by (1 on the first block: unused).
+inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bool first) {
   vf vm = vset1(kNegInf);
   size_t j = 0;
   for (; j + NF <= nb; j += NF) vm = vmax(vm, vload(s + j));
@@ -59,11 +63,11 @@ inline void softmax_row(float* s, size_t nb, float& row_max, float& row_sum, flo
   const float block_max = vhmax(vm);
   const float old_max = first ? kNegInf : row_max;
   const float new_max = block_max > old_max ? block_max : old_max;
-  if (new_max == kNegInf) {  // every key so far is masked out
+  if (new_max == kNegInf) {  // every key so far is masked out: p = 0, the accumulator stays 0
     std::memset(s, 0, nb * sizeof(float));
     if (first) row_sum = 0.0f;
     row_max = kNegInf;
-    return;
+    return 1.0f;
   }
   const vf vmx = vset1(new_max);
   vf vs = vzero();
@@ -79,14 +83,125 @@ inline void softmax_row(float* s, size_t nb, float& row_max, float& row_sum, flo
     vs = vadd(vs, p);
   }
   const float block_sum = vhsum(vs);
+  row_max = new_max;
   if (first) {
     row_sum = block_sum;
-  } else {
-    const float c = old_max == kNegInf ? 0.0f : std::exp(old_max - new_max);
-    row_sum = row_sum * c + block_sum;
-    if (c != 1.0f) scale_row(acc, head_dim, c);
+    return 1.0f;
   }
-  row_max = new_max;
+  const float c = old_max == kNegInf ? 0.0f : std::exp(old_max - new_max);
+  row_sum = row_sum * c + block_sum;
+  return c;
+}
+
+// Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
+template <int TRt, int TKt>
+inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk, int32_t* dots,
+                    size_t ldd) {
+  vi acc[TRt * TKt];
+  for (int i = 0; i < TRt * TKt; ++i) acc[i] = dzero();
+  size_t d = 0;
+  for (; d + QKB <= head_dim; d += QKB) {
+    vk kv[TKt];
+    for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);
+    for (int r = 0; r < TRt; ++r)
+      for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
+  }
+  if (d < head_dim) {  // the key row's tail; the query's padding is zero
+    const int rest = static_cast<int>(head_dim - d);
+    vk kv[TKt];
+    for (int j = 0; j < TKt; ++j) kv[j] = kload16_n(k + j * ldk + d, rest);
+    for (int r = 0; r < TRt; ++r)
+      for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
+  }
+  alignas(64) int32_t sums[TRt * TKt];
+  if ((TRt * TKt) % 8 == 0) {
+    for (int i = 0; i < TRt * TKt; i += 8) dreduce8(acc + i, sums + i);
+  } else {
+    for (int i = 0; i < TRt * TKt; ++i) sums[i] = dhsum(acc[i]);
+  }
+  for (int r = 0; r < TRt; ++r)
+    for (int j = 0; j < TKt; ++j) dots[r * ldd + j] = sums[r * TKt + j];
+}
+
+template <int TRt>
+inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
+                    int32_t* dots, size_t ldd, const int8_t* next, size_t next_nb) {
+  constexpr size_t kKeys = 2;
+  size_t j = 0;
+  for (; j + kKeys <= nb; j += kKeys) {
+    for (size_t t = 0; t < kKeys && j + t < next_nb; ++t) prefetch_row(next + (j + t) * ldk, head_dim);
+    qk_tile<TRt, kKeys>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+  }
+  for (size_t t = j; t < next_nb; ++t) prefetch_row(next + t * ldk, head_dim);
+  switch (nb - j) {
+    case 1: qk_tile<TRt, 1>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
+    default: break;
+  }
+}
+
+// W.V for TRt rows at columns [d0, d0 + NVt*NF) (with PARTIAL the last vector has `last` lanes),
+// then acc = acc * rescale + (W.V - z_row), or acc = W.V - z_row on the item's first block.
+template <int TRt, int NVt, bool PARTIAL>
+inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size_t ldv, size_t d0, int last,
+                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first) {
+  vf t[TRt][NVt];
+  for (int r = 0; r < TRt; ++r)
+    for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
+  const int8_t* vrow = v + d0;
+  for (size_t k = 0; k < nb; ++k, vrow += ldv) {
+    vf bv[NVt];
+    for (int i = 0; i < NVt; ++i)
+      bv[i] = (PARTIAL && i == NVt - 1) ? vcvt_s8_n(vrow + i * NF, last) : vcvt_s8(vrow + i * NF);
+    for (int r = 0; r < TRt; ++r) {
+      const vf wr = vset1(w[r * ldw + k]);
+      for (int i = 0; i < NVt; ++i) t[r][i] = vfma(wr, bv[i], t[r][i]);
+    }
+  }
+  for (int r = 0; r < TRt; ++r) {
+    float* arow = acc + r * lda + d0;
+    const vf z = vset1(zterm[r]), c = vset1(rescale[r]);
+    for (int i = 0; i < NVt; ++i) {
+      const bool part = PARTIAL && i == NVt - 1;
+      vf x = vsub(t[r][i], z);
+      if (!first) x = vfma(part ? vload_n(arow + i * NF, last) : vload(arow + i * NF), c, x);
+      if (part) vstore_n(arow + i * NF, x, last);
+      else vstore(arow + i * NF, x);
+    }
+  }
+}
+
+template <int TRt>
+inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const int8_t* v, size_t ldv,
+                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first, const int8_t* next,
+                    size_t next_nb) {
+  constexpr size_t kCols = 4 * NF;
+  size_t d0 = 0;
+  for (size_t t = 0; t < next_nb; ++t) prefetch_row(next + t * ldv, head_dim);
+  for (; d0 + kCols <= head_dim; d0 += kCols)
+    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+  const size_t rem = head_dim - d0;
+  if (rem == 0) return;
+  const int nv = static_cast<int>((rem + NF - 1) / NF);
+  const int last = static_cast<int>(rem - static_cast<size_t>(nv - 1) * NF);
+  switch (nv) {
+    case 1:
+      if (last == NF) pv_tile<TRt, 1, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 1, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      break;
+    case 2:
+      if (last == NF) pv_tile<TRt, 2, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 2, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      break;
+    case 3:
+      if (last == NF) pv_tile<TRt, 3, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 3, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      break;
+    case 4:
+      if (last == NF) pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 4, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      break;
+    default: break;
+  }
 }
 
 struct Item {
@@ -110,32 +225,48 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
               unsigned char* partials, size_t item) {
   const Item it = decode_item(item, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, M = rep * it.qn, ld_s = P.kv_block;
+  const size_t ldq = query_row_elems(D);
   float* S = reinterpret_cast<float*>(slice + L.s_off);
+  int32_t* dots = reinterpret_cast<int32_t*>(slice + L.dots_off);
   float* row_max = reinterpret_cast<float*>(slice + L.max_off);
   float* row_sum = reinterpret_cast<float*>(slice + L.sum_off);
+  float* rescale = reinterpret_cast<float*>(slice + L.terms_off);
+  float* zterm = rescale + M;
   float* acc = reinterpret_cast<float*>(slice + L.acc_off);
+  int32_t* kzp = reinterpret_cast<int32_t*>(slice + L.params_off);  // the block's qparams, per key
+  float* ksc = reinterpret_cast<float*>(kzp + P.kv_block);
+  float* vsc = ksc + P.kv_block;
+  float* vzp = vsc + P.kv_block;
 
   // Pack the group's query rows: row r * qn + i is query head kvh * rep + r at position q0 + i.
-  int8_t* q8 = reinterpret_cast<int8_t*>(slice + L.q_off);
+  // int8 rows become int16 (q - zq), zero-padded to ldq, with their sum and scale * softmax scale.
+  int16_t* q16 = reinterpret_cast<int16_t*>(slice + L.q_off);
   float* qf = reinterpret_cast<float*>(slice + L.q_off);
-  float* qscale = reinterpret_cast<float*>(slice + L.qscale_off);
-  int8_t* qzp = reinterpret_cast<int8_t*>(slice + L.qzp_off);
+  float* qcoef = reinterpret_cast<float*>(slice + L.qscale_off);
+  int32_t* qsum = reinterpret_cast<int32_t*>(slice + L.qsum_off);
   for (size_t r = 0; r < rep; ++r) {
     const size_t h = it.kvh * rep + r;
     for (size_t i = 0; i < it.qn; ++i) {
       const size_t row = r * it.qn + i, pos = it.q0 + i;
       const size_t src = it.b * A.q.b + h * A.q.h + pos * A.q.s;
       if (A.q8) {
-        std::memcpy(q8 + row * D, A.q8 + src, D);
         const size_t qp = it.b * A.q_qp.b + h * A.q_qp.h + pos * A.q_qp.s;
-        qscale[row] = A.q_scale[qp];
-        qzp[row] = A.q_zp[qp];
+        const int32_t zq = A.q_zp[qp];
+        const int8_t* in = A.q8 + src;
+        int16_t* o = q16 + row * ldq;
+        int32_t sum = 0;
+        for (size_t d = 0; d < D; ++d) {
+          o[d] = static_cast<int16_t>(in[d] - zq);
+          sum += o[d];
+        }
+        for (size_t d = D; d < ldq; ++d) o[d] = 0;
+        qsum[row] = sum;
+        qcoef[row] = A.q_scale[qp] * A.scale;
       } else {
         std::memcpy(qf + row * D, A.qf + src, D * sizeof(float));
       }
     }
   }
-  const QMatrix qmat{q8, D, qscale, 1, qzp, 1, nullptr};
 
   // Keys this item may attend, then its share of them when the KV range is split.
   size_t key_end = A.n_keys;
@@ -155,13 +286,60 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
   bool first = true;
   for (size_t n0 = k_begin; n0 < k_end; n0 += P.kv_block) {
     const size_t nb = k_end - n0 < P.kv_block ? k_end - n0 : P.kv_block;
-    const QMatrix kmat{A.k + kbase + n0 * A.kst.s, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s,
-                       A.k_zp + kqp + n0 * A.k_qp.s, A.k_qp.s, nullptr};
+    const int8_t* kblk = A.k + kbase + n0 * A.kst.s;
+    const int8_t* vblk = A.v + vbase + n0 * A.vst.s;
+    // The next block's rows are prefetched while this one is computed (K during Q.K^T, V during P.V).
+    const size_t next_nb = n0 + P.kv_block < k_end ? (k_end - n0 - P.kv_block < P.kv_block ? k_end - n0 - P.kv_block : P.kv_block) : 0;
+    const int8_t* knext = kblk + P.kv_block * A.kst.s;
+    const int8_t* vnext = vblk + P.kv_block * A.vst.s;
+    if (first) {
+      for (size_t j = 0; j < nb; ++j) {
+        prefetch_row(kblk + j * A.kst.s, D);
+        prefetch_row(vblk + j * A.vst.s, D);
+      }
+    }
+    for (size_t j = 0; j < nb; ++j) {  // gather the block's per-token qparams (strided in the cache)
+      const size_t kq = kqp + (n0 + j) * A.k_qp.s, vq = vqp + (n0 + j) * A.v_qp.s;
+      kzp[j] = A.k_zp[kq];
+      ksc[j] = A.k_scale[kq];
+      vsc[j] = A.v_scale[vq];
+      vzp[j] = static_cast<float>(A.v_zp[vq]);
+    }
+
+    // S = scale * Q.K^T
     if (A.q8) {
-      qsdpa_qk_gemm_s8s8__scalar(M, nb, D, qmat, kmat, A.scale, S, ld_s);
+      size_t r0 = 0;
+      for (; r0 + 4 <= M; r0 += 4)
+        qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                               r0 == 0 ? next_nb : 0);
+      switch (M - r0) {
+        case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                       r0 == 0 ? next_nb : 0); break;
+        case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                       r0 == 0 ? next_nb : 0); break;
+        case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                       r0 == 0 ? next_nb : 0); break;
+        default: break;
+      }
+      // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
+      // then qk_gemm's epilogue, float(d) * ((sq * scale) * sk), for bit-identical scores.
+      for (size_t row = 0; row < M; ++row) {
+        const int32_t* dr = dots + row * ld_s;
+        float* sr = S + row * ld_s;
+        const uint32_t qs = static_cast<uint32_t>(qsum[row]);
+        const float coef = qcoef[row];
+        for (size_t j = 0; j < nb; ++j) {
+          const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(kzp[j]) * qs;
+          sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * ksc[j]);
+        }
+      }
     } else {
+      const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
+                         A.k_qp.s, nullptr};
       qsdpa_qk_gemm_f32s8__scalar(M, nb, D, qf, D, kmat, A.scale, S, ld_s);
     }
+
+    // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
     for (size_t r = 0; r < rep; ++r) {
       const size_t h = it.kvh * rep + r;
       for (size_t i = 0; i < it.qn; ++i) {
@@ -181,12 +359,37 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
           const size_t last_key = A.start_pos + pos;  // bottom-right: keys [0, start_pos + pos]
           for (size_t j = last_key + 1 > n0 ? last_key + 1 - n0 : 0; j < nb; ++j) s[j] = kNegInf;
         }
-        softmax_row(s, nb, row_max[row], row_sum[row], acc + row * D, D, first);
+        rescale[row] = softmax_row(s, nb, row_max[row], row_sum[row], first);
+        vf zt = vzero();
+        size_t j = 0;
+        for (; j + NF <= nb; j += NF) {
+          const vf w = vmul(vload(s + j), vload(vsc + j));
+          vstore(s + j, w);
+          zt = vfma(w, vload(vzp + j), zt);
+        }
+        float z = vhsum(zt);
+        for (; j < nb; ++j) {
+          s[j] *= vsc[j];
+          z += s[j] * vzp[j];
+        }
+        zterm[row] = z;
       }
     }
-    const QMatrix vmat{A.v + vbase + n0 * A.vst.s, A.vst.s, A.v_scale + vqp + n0 * A.v_qp.s, A.v_qp.s,
-                       A.v_zp + vqp + n0 * A.v_qp.s, A.v_qp.s, nullptr};
-    qsdpa_dequant_gemm_f32s8__scalar(M, D, nb, S, ld_s, vmat, acc, D, !first);
+
+    // acc = acc * rescale + W.V - z
+    size_t r0 = 0;
+    for (; r0 + 4 <= M; r0 += 4)
+      pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D, first,
+                             vnext, r0 == 0 ? next_nb : 0);
+    switch (M - r0) {
+      case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                     first, vnext, r0 == 0 ? next_nb : 0); break;
+      case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                     first, vnext, r0 == 0 ? next_nb : 0); break;
+      case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                     first, vnext, r0 == 0 ? next_nb : 0); break;
+      default: break;
+    }
     first = false;
   }
   if (first) {  // no key in range (an empty KV split): an empty partial

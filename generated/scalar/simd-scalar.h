@@ -50,6 +50,14 @@ inline vd dload_b_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
 inline vi ddot(vi acc, vd a, vd b) { return acc + a * b; }
 inline int32_t dhsum(vi x) { return x; }
 
+// Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16, K widened.
+constexpr int QKB = 1;  // K elements per qdot16 step
+using vk = int32_t;
+inline vk kload16(const int8_t* p) { return *p; }
+inline vk kload16_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
+inline vi qdot16(vi acc, vk k, const int16_t* q) { return acc + k * *q; }
+inline void dreduce8(const vi* a, int32_t* out) { for (int i = 0; i < 8; ++i) out[i] = a[i]; }
+
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
 // exponent bits. x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
@@ -68,6 +76,12 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(5.0000001201e-1f));
   p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
   return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+}
+
+// Software prefetch of one row into L2 (every 64-byte line of it): the K/V rows of one head are
+// strided in the cache ([B, S, H, D]: H*D bytes apart), which the hardware prefetchers follow badly.
+inline void prefetch_row(const int8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
 // Row sums of int8 rows, exact in int32 for k <= kMaxDotK.
