@@ -47,12 +47,13 @@ struct AttentionArgs {
 
 // Per-call work decomposition, chosen by plan_attention() from the shape and the thread count.
 struct AttentionPlan {
-  size_t rows_per_item;  // M: query rows of one KV head processed together (group heads x positions)
+  size_t heads_per_item; // KV heads of one item: all of them for decode on a [B, S, H, D] cache, else 1
+  size_t rows_per_item;  // M: query rows processed together (KV heads x group heads x positions)
   size_t q_positions;    // query positions per item
   size_t q_blocks;       // ceil(q_len / q_positions)
   size_t kv_block;       // keys per inner step
   size_t kv_splits;      // >1: flash-decoding, KV range split across items and merged afterwards
-  size_t items;          // batch * kv_heads * q_blocks * kv_splits
+  size_t items;          // batch * (kv_heads / heads_per_item) * q_blocks * kv_splits
   size_t threads;
 };
 
@@ -118,21 +119,26 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
 }
 
 // Work decomposition for one call. rows: every query head of a KV head's group at up to
-// max_rows / group positions. KV splits (flash-decoding) only when there are fewer than 4 items per
-// thread, never more splits than KV blocks. force_splits > 0 overrides (tests use it).
+// max_rows / group positions. When every KV head's rows fit in max_rows (decode) and the cache is
+// [B, S, H, D] (a block of keys holds all heads), one item takes all KV heads, block-major, so the
+// cache is read front to back. KV splits (flash-decoding) only when there are fewer than 4 items
+// per thread, never more splits than KV blocks. force_splits > 0 overrides (tests use it).
 inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size_t kv_block, size_t max_rows,
                                     size_t force_splits) {
   AttentionPlan P{};
   const size_t rep = A.q_heads / A.kv_heads;
-  size_t qpos = max_rows / rep;
+  const bool seq_major = A.kst.h < A.kst.s && A.vst.h < A.vst.s;
+  P.heads_per_item = seq_major && A.kv_heads * rep * A.q_len <= max_rows ? A.kv_heads : 1;
+  const size_t group_rows = P.heads_per_item * rep;
+  size_t qpos = max_rows / group_rows;
   if (qpos < 1) qpos = 1;
   if (qpos > A.q_len) qpos = A.q_len;
   P.q_positions = qpos;
-  P.rows_per_item = rep * qpos;
+  P.rows_per_item = group_rows * qpos;
   P.q_blocks = (A.q_len + qpos - 1) / qpos;
   P.kv_block = kv_block;
   P.threads = threads < 1 ? 1 : threads;
-  const size_t base = A.batch * A.kv_heads * P.q_blocks;
+  const size_t base = A.batch * (A.kv_heads / P.heads_per_item) * P.q_blocks;
   size_t splits = 1;
   if (force_splits > 0) {
     splits = force_splits;

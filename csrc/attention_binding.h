@@ -261,6 +261,7 @@ inline py::dict layout_dict(const ScratchLayout& L) {
 
 inline py::dict plan_dict(const AttentionPlan& P) {
   py::dict d;
+  d["heads_per_item"] = P.heads_per_item;
   d["rows_per_item"] = P.rows_per_item;
   d["q_positions"] = P.q_positions;
   d["q_blocks"] = P.q_blocks;

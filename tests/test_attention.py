@@ -263,7 +263,8 @@ def test_plan_matches_layout_and_arena_is_reused():
     plan = mod.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
                               arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None, start,
                               causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
-    assert plan["rows_per_item"] == 4 and plan["items"] == plan["kv_splits"] * 2
+    # Decode on a [B, S, H, D] cache: one item takes both KV heads (2 x 4 rows), block-major.
+    assert plan["heads_per_item"] == 2 and plan["rows_per_item"] == 8 and plan["items"] == plan["kv_splits"]
     assert plan["scratch"] == qsdpa.scratch_layout(plan["threads"], plan["rows_per_item"], plan["kv_block"], 64,
                                                    partial_items=plan["items"] if plan["kv_splits"] > 1 else 0)
     qsdpa.quantized_sdpa(case.query, case.key, case.value, 899, out=out, **case.kwargs())

@@ -92,7 +92,17 @@ using vk = __m256i;
 inline vk kload16(const int8_t* p) { return dload_a(p); }
 inline vk kload16_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline vi qdot16(vi acc, vk k, const int16_t* q) {
+#if defined(QSDPA_X86_VIA_SIMDE)
   return _mm256_add_epi32(acc, _mm256_madd_epi16(k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
+#else
+  // Accumulate in place: with intrinsics GCC keeps the products in fresh registers and copies
+  // every accumulator back each step (8 extra vmovdqa per 4x2 tile step).
+  __m256i t;
+  __asm__("vpmaddwd %[q], %[k], %[t]\n\tvpaddd %[t], %[acc], %[acc]"
+          : [t] "=&x"(t), [acc] "+x"(acc)
+          : [k] "x"(k), [q] "m"(*reinterpret_cast<const __m256i*>(q)));
+  return acc;
+#endif
 }
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]) with one hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {

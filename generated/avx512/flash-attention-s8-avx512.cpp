@@ -150,6 +150,7 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size
   for (int r = 0; r < TRt; ++r)
     for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
   const int8_t* vrow = v + d0;
+#pragma GCC unroll 2
   for (size_t k = 0; k < nb; ++k, vrow += ldv) {
     vf bv[NVt];
     for (int i = 0; i < NVt; ++i)
@@ -207,7 +208,7 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
 }
 
 struct Item {
-  size_t b, kvh, q0, qn, split;
+  size_t b, kvh0, q0, qn, split;  // KV heads [kvh0, kvh0 + heads_per_item)
 };
 
 inline Item decode_item(size_t item, const AttentionArgs& A, const AttentionPlan& P) {
@@ -216,57 +217,200 @@ inline Item decode_item(size_t item, const AttentionArgs& A, const AttentionPlan
   item /= P.kv_splits;
   const size_t qb = item % P.q_blocks;
   item /= P.q_blocks;
-  it.kvh = item % A.kv_heads;
-  it.b = item / A.kv_heads;
+  const size_t groups = A.kv_heads / P.heads_per_item;
+  it.kvh0 = (item % groups) * P.heads_per_item;
+  it.b = item / groups;
   it.q0 = qb * P.q_positions;
   it.qn = A.q_len - it.q0 < P.q_positions ? A.q_len - it.q0 : P.q_positions;
   return it;
 }
 
+// Row `row` of an item: KV head kvh0 + g, query head (kvh0 + g) * rep + r, position q0 + i, with
+// row = (g * rep + r) * qn + i. Rows of one KV head are contiguous.
+inline size_t row_query_head(const Item& it, size_t rep, size_t row) { return it.kvh0 * rep + row / it.qn; }
+inline size_t row_position(const Item& it, size_t row) { return it.q0 + row % it.qn; }
+
+// Per-thread scratch of one item, carved from the slice (scratch_layout).
+struct Slice {
+  float* S;         // scores -> probabilities -> weights, [rows of one head] x kv_block
+  int32_t* dots;    // exact int32 Q.K^T, same shape
+  float* row_max;   // per item row
+  float* row_sum;
+  float* rescale;   // per item row: the block's accumulator rescale ...
+  float* zterm;     // ... and V zero-point term
+  float* acc;       // item rows x D
+  int32_t* kzp;     // the block's per-key qparams
+  float* ksc;
+  float* vsc;
+  float* vzp;
+  int16_t* q16;     // int8 query: item rows x ldq of (q - zq)
+  float* qf;        // fp32 query: item rows x D
+  float* qcoef;     // q scale * softmax scale
+  int32_t* qsum;    // sum(q - zq)
+};
+
+inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, unsigned char* slice) {
+  Slice x;
+  x.S = reinterpret_cast<float*>(slice + L.s_off);
+  x.dots = reinterpret_cast<int32_t*>(slice + L.dots_off);
+  x.row_max = reinterpret_cast<float*>(slice + L.max_off);
+  x.row_sum = reinterpret_cast<float*>(slice + L.sum_off);
+  x.rescale = reinterpret_cast<float*>(slice + L.terms_off);
+  x.zterm = x.rescale + rows;
+  x.acc = reinterpret_cast<float*>(slice + L.acc_off);
+  x.kzp = reinterpret_cast<int32_t*>(slice + L.params_off);
+  x.ksc = reinterpret_cast<float*>(x.kzp + P.kv_block);
+  x.vsc = x.ksc + P.kv_block;
+  x.vzp = x.vsc + P.kv_block;
+  x.q16 = reinterpret_cast<int16_t*>(slice + L.q_off);
+  x.qf = reinterpret_cast<float*>(slice + L.q_off);
+  x.qcoef = reinterpret_cast<float*>(slice + L.qscale_off);
+  x.qsum = reinterpret_cast<int32_t*>(slice + L.qsum_off);
+  return x;
+}
+
+// Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
+// online softmax, acc = acc * rescale + W.V - z. next_nb keys after the block are prefetched.
+void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
+                  size_t row0, size_t Mh, size_t n0, size_t nb, size_t next_nb, bool first) {
+  const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
+  const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h, vqp = it.b * A.v_qp.b + kvh * A.v_qp.h;
+  const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
+  const int8_t* vblk = A.v + it.b * A.vst.b + kvh * A.vst.h + n0 * A.vst.s;
+  const int8_t* knext = kblk + P.kv_block * A.kst.s;
+  const int8_t* vnext = vblk + P.kv_block * A.vst.s;
+  float* S = x.S;
+  int32_t* dots = x.dots;
+  const int16_t* q16 = x.q16 + row0 * ldq;
+  float* row_max = x.row_max + row0;
+  float* row_sum = x.row_sum + row0;
+  float* rescale = x.rescale + row0;
+  float* zterm = x.zterm + row0;
+  float* acc = x.acc + row0 * D;
+  if (first) {
+    for (size_t j = 0; j < nb; ++j) {
+      prefetch_row(kblk + j * A.kst.s, D);
+      prefetch_row(vblk + j * A.vst.s, D);
+    }
+  }
+  for (size_t j = 0; j < nb; ++j) {  // gather the block's per-token qparams (strided in the cache)
+    const size_t kq = kqp + (n0 + j) * A.k_qp.s, vq = vqp + (n0 + j) * A.v_qp.s;
+    x.kzp[j] = A.k_zp[kq];
+    x.ksc[j] = A.k_scale[kq];
+    x.vsc[j] = A.v_scale[vq];
+    x.vzp[j] = static_cast<float>(A.v_zp[vq]);
+  }
+
+  // S = scale * Q.K^T
+  if (A.q8) {
+    size_t r0 = 0;
+    for (; r0 + 4 <= Mh; r0 += 4)
+      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                             r0 == 0 ? next_nb : 0);
+    switch (Mh - r0) {
+      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                     r0 == 0 ? next_nb : 0); break;
+      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                     r0 == 0 ? next_nb : 0); break;
+      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
+                                     r0 == 0 ? next_nb : 0); break;
+      default: break;
+    }
+    // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
+    // then qk_gemm's epilogue, float(d) * ((sq * scale) * sk), for bit-identical scores.
+    for (size_t row = 0; row < Mh; ++row) {
+      const int32_t* dr = dots + row * ld_s;
+      float* sr = S + row * ld_s;
+      const uint32_t qs = static_cast<uint32_t>(x.qsum[row0 + row]);
+      const float coef = x.qcoef[row0 + row];
+      for (size_t j = 0; j < nb; ++j) {
+        const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(x.kzp[j]) * qs;
+        sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * x.ksc[j]);
+      }
+    }
+  } else {
+    const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
+                       A.k_qp.s, nullptr};
+    qsdpa_qk_gemm_f32s8__avx512(Mh, nb, D, x.qf + row0 * D, D, kmat, A.scale, S, ld_s);
+  }
+
+  // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
+  for (size_t row = 0; row < Mh; ++row) {
+    const size_t h = row_query_head(it, rep, row0 + row), pos = row_position(it, row0 + row);
+    float* s = S + row * ld_s;
+    if (A.mask_kind == MaskKind::kAdditive) {
+      const float* mrow = A.mask_add + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
+      size_t j = 0;
+      for (; j + NF <= nb; j += NF) vstore(s + j, vadd(vload(s + j), vload(mrow + j)));
+      for (; j < nb; ++j) s[j] += mrow[j];
+    } else if (A.mask_kind == MaskKind::kKeep) {
+      const uint8_t* mrow = A.mask_keep + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
+      for (size_t j = 0; j < nb; ++j)
+        if (!mrow[j]) s[j] = kNegInf;
+    }
+    if (A.causal) {
+      const size_t last_key = A.start_pos + pos;  // bottom-right: keys [0, start_pos + pos]
+      for (size_t j = last_key + 1 > n0 ? last_key + 1 - n0 : 0; j < nb; ++j) s[j] = kNegInf;
+    }
+    rescale[row] = softmax_row(s, nb, row_max[row], row_sum[row], first);
+    vf zt = vzero();
+    size_t j = 0;
+    for (; j + NF <= nb; j += NF) {
+      const vf w = vmul(vload(s + j), vload(x.vsc + j));
+      vstore(s + j, w);
+      zt = vfma(w, vload(x.vzp + j), zt);
+    }
+    float z = vhsum(zt);
+    for (; j < nb; ++j) {
+      s[j] *= x.vsc[j];
+      z += s[j] * x.vzp[j];
+    }
+    zterm[row] = z;
+  }
+
+  // acc = acc * rescale + W.V - z
+  size_t r0 = 0;
+  for (; r0 + 4 <= Mh; r0 += 4)
+    pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D, first,
+                           vnext, r0 == 0 ? next_nb : 0);
+  switch (Mh - r0) {
+    case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, vnext, r0 == 0 ? next_nb : 0); break;
+    case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, vnext, r0 == 0 ? next_nb : 0); break;
+    case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, vnext, r0 == 0 ? next_nb : 0); break;
+    default: break;
+  }
+}
+
 void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* slice,
               unsigned char* partials, size_t item) {
   const Item it = decode_item(item, A, P);
-  const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, M = rep * it.qn, ld_s = P.kv_block;
+  const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, Mh = rep * it.qn, M = P.heads_per_item * Mh;
   const size_t ldq = query_row_elems(D);
-  float* S = reinterpret_cast<float*>(slice + L.s_off);
-  int32_t* dots = reinterpret_cast<int32_t*>(slice + L.dots_off);
-  float* row_max = reinterpret_cast<float*>(slice + L.max_off);
-  float* row_sum = reinterpret_cast<float*>(slice + L.sum_off);
-  float* rescale = reinterpret_cast<float*>(slice + L.terms_off);
-  float* zterm = rescale + M;
-  float* acc = reinterpret_cast<float*>(slice + L.acc_off);
-  int32_t* kzp = reinterpret_cast<int32_t*>(slice + L.params_off);  // the block's qparams, per key
-  float* ksc = reinterpret_cast<float*>(kzp + P.kv_block);
-  float* vsc = ksc + P.kv_block;
-  float* vzp = vsc + P.kv_block;
+  const Slice x = carve(L, P, M, slice);
 
-  // Pack the group's query rows: row r * qn + i is query head kvh * rep + r at position q0 + i.
-  // int8 rows become int16 (q - zq), zero-padded to ldq, with their sum and scale * softmax scale.
-  int16_t* q16 = reinterpret_cast<int16_t*>(slice + L.q_off);
-  float* qf = reinterpret_cast<float*>(slice + L.q_off);
-  float* qcoef = reinterpret_cast<float*>(slice + L.qscale_off);
-  int32_t* qsum = reinterpret_cast<int32_t*>(slice + L.qsum_off);
-  for (size_t r = 0; r < rep; ++r) {
-    const size_t h = it.kvh * rep + r;
-    for (size_t i = 0; i < it.qn; ++i) {
-      const size_t row = r * it.qn + i, pos = it.q0 + i;
-      const size_t src = it.b * A.q.b + h * A.q.h + pos * A.q.s;
-      if (A.q8) {
-        const size_t qp = it.b * A.q_qp.b + h * A.q_qp.h + pos * A.q_qp.s;
-        const int32_t zq = A.q_zp[qp];
-        const int8_t* in = A.q8 + src;
-        int16_t* o = q16 + row * ldq;
-        int32_t sum = 0;
-        for (size_t d = 0; d < D; ++d) {
-          o[d] = static_cast<int16_t>(in[d] - zq);
-          sum += o[d];
-        }
-        for (size_t d = D; d < ldq; ++d) o[d] = 0;
-        qsum[row] = sum;
-        qcoef[row] = A.q_scale[qp] * A.scale;
-      } else {
-        std::memcpy(qf + row * D, A.qf + src, D * sizeof(float));
+  // Pack the item's query rows. int8 rows become int16 (q - zq), zero-padded to ldq, with their
+  // sum and scale * softmax scale.
+  for (size_t row = 0; row < M; ++row) {
+    const size_t h = row_query_head(it, rep, row), pos = row_position(it, row);
+    const size_t src = it.b * A.q.b + h * A.q.h + pos * A.q.s;
+    if (A.q8) {
+      const size_t qp = it.b * A.q_qp.b + h * A.q_qp.h + pos * A.q_qp.s;
+      const int32_t zq = A.q_zp[qp];
+      const int8_t* in = A.q8 + src;
+      int16_t* o = x.q16 + row * ldq;
+      int32_t sum = 0;
+      for (size_t d = 0; d < D; ++d) {
+        o[d] = static_cast<int16_t>(in[d] - zq);
+        sum += o[d];
       }
+      for (size_t d = D; d < ldq; ++d) o[d] = 0;
+      x.qsum[row] = sum;
+      x.qcoef[row] = A.q_scale[qp] * A.scale;
+    } else {
+      std::memcpy(x.qf + row * D, A.qf + src, D * sizeof(float));
     }
   }
 
@@ -274,195 +418,88 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
   size_t key_end = A.n_keys;
   if (A.causal && A.start_pos + it.q0 + it.qn < key_end) key_end = A.start_pos + it.q0 + it.qn;
   size_t k_begin = 0, k_end = key_end;
-  if (P.kv_splits > 1) {
-    const size_t blocks = (key_end + P.kv_block - 1) / P.kv_block;
-    const size_t per = (blocks + P.kv_splits - 1) / P.kv_splits;
-    k_begin = it.split * per * P.kv_block;
-    k_end = (it.split + 1) * per * P.kv_block;
+  if (P.kv_splits > 1) {  // equal shares, in whole 16-key steps
+    const size_t per = ((key_end + P.kv_splits - 1) / P.kv_splits + 15) / 16 * 16;
+    k_begin = it.split * per;
+    k_end = (it.split + 1) * per;
     if (k_begin > key_end) k_begin = key_end;
     if (k_end > key_end) k_end = key_end;
   }
 
-  const size_t kbase = it.b * A.kst.b + it.kvh * A.kst.h, kqp = it.b * A.k_qp.b + it.kvh * A.k_qp.h;
-  const size_t vbase = it.b * A.vst.b + it.kvh * A.vst.h, vqp = it.b * A.v_qp.b + it.kvh * A.v_qp.h;
+  // Block-major over the item's KV heads: in a [B, S, H, D] cache the heads of a block of keys are
+  // one contiguous stretch of memory, read front to back.
   bool first = true;
   for (size_t n0 = k_begin; n0 < k_end; n0 += P.kv_block) {
     const size_t nb = k_end - n0 < P.kv_block ? k_end - n0 : P.kv_block;
-    const int8_t* kblk = A.k + kbase + n0 * A.kst.s;
-    const int8_t* vblk = A.v + vbase + n0 * A.vst.s;
-    // The next block's rows are prefetched while this one is computed (K during Q.K^T, V during P.V).
-    const size_t next_nb = n0 + P.kv_block < k_end ? (k_end - n0 - P.kv_block < P.kv_block ? k_end - n0 - P.kv_block : P.kv_block) : 0;
-    const int8_t* knext = kblk + P.kv_block * A.kst.s;
-    const int8_t* vnext = vblk + P.kv_block * A.vst.s;
-    if (first) {
-      for (size_t j = 0; j < nb; ++j) {
-        prefetch_row(kblk + j * A.kst.s, D);
-        prefetch_row(vblk + j * A.vst.s, D);
-      }
-    }
-    for (size_t j = 0; j < nb; ++j) {  // gather the block's per-token qparams (strided in the cache)
-      const size_t kq = kqp + (n0 + j) * A.k_qp.s, vq = vqp + (n0 + j) * A.v_qp.s;
-      kzp[j] = A.k_zp[kq];
-      ksc[j] = A.k_scale[kq];
-      vsc[j] = A.v_scale[vq];
-      vzp[j] = static_cast<float>(A.v_zp[vq]);
-    }
-
-    // S = scale * Q.K^T
-    if (A.q8) {
-      size_t r0 = 0;
-      for (; r0 + 4 <= M; r0 += 4)
-        qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                               r0 == 0 ? next_nb : 0);
-      switch (M - r0) {
-        case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                       r0 == 0 ? next_nb : 0); break;
-        case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                       r0 == 0 ? next_nb : 0); break;
-        case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                       r0 == 0 ? next_nb : 0); break;
-        default: break;
-      }
-      // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
-      // then qk_gemm's epilogue, float(d) * ((sq * scale) * sk), for bit-identical scores.
-      for (size_t row = 0; row < M; ++row) {
-        const int32_t* dr = dots + row * ld_s;
-        float* sr = S + row * ld_s;
-        const uint32_t qs = static_cast<uint32_t>(qsum[row]);
-        const float coef = qcoef[row];
-        for (size_t j = 0; j < nb; ++j) {
-          const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(kzp[j]) * qs;
-          sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * ksc[j]);
-        }
-      }
-    } else {
-      const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
-                         A.k_qp.s, nullptr};
-      qsdpa_qk_gemm_f32s8__avx512(M, nb, D, qf, D, kmat, A.scale, S, ld_s);
-    }
-
-    // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
-    for (size_t r = 0; r < rep; ++r) {
-      const size_t h = it.kvh * rep + r;
-      for (size_t i = 0; i < it.qn; ++i) {
-        const size_t row = r * it.qn + i, pos = it.q0 + i;
-        float* s = S + row * ld_s;
-        if (A.mask_kind == MaskKind::kAdditive) {
-          const float* mrow = A.mask_add + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
-          size_t j = 0;
-          for (; j + NF <= nb; j += NF) vstore(s + j, vadd(vload(s + j), vload(mrow + j)));
-          for (; j < nb; ++j) s[j] += mrow[j];
-        } else if (A.mask_kind == MaskKind::kKeep) {
-          const uint8_t* mrow = A.mask_keep + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
-          for (size_t j = 0; j < nb; ++j)
-            if (!mrow[j]) s[j] = kNegInf;
-        }
-        if (A.causal) {
-          const size_t last_key = A.start_pos + pos;  // bottom-right: keys [0, start_pos + pos]
-          for (size_t j = last_key + 1 > n0 ? last_key + 1 - n0 : 0; j < nb; ++j) s[j] = kNegInf;
-        }
-        rescale[row] = softmax_row(s, nb, row_max[row], row_sum[row], first);
-        vf zt = vzero();
-        size_t j = 0;
-        for (; j + NF <= nb; j += NF) {
-          const vf w = vmul(vload(s + j), vload(vsc + j));
-          vstore(s + j, w);
-          zt = vfma(w, vload(vzp + j), zt);
-        }
-        float z = vhsum(zt);
-        for (; j < nb; ++j) {
-          s[j] *= vsc[j];
-          z += s[j] * vzp[j];
-        }
-        zterm[row] = z;
-      }
-    }
-
-    // acc = acc * rescale + W.V - z
-    size_t r0 = 0;
-    for (; r0 + 4 <= M; r0 += 4)
-      pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                             vnext, r0 == 0 ? next_nb : 0);
-    switch (M - r0) {
-      case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                     first, vnext, r0 == 0 ? next_nb : 0); break;
-      case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                     first, vnext, r0 == 0 ? next_nb : 0); break;
-      case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                     first, vnext, r0 == 0 ? next_nb : 0); break;
-      default: break;
-    }
+    const size_t after = k_end - n0 - nb;
+    const size_t next_nb = after < P.kv_block ? after : P.kv_block;
+    for (size_t g = 0; g < P.heads_per_item; ++g)
+      attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, next_nb, first);
     first = false;
   }
   if (first) {  // no key in range (an empty KV split): an empty partial
     for (size_t row = 0; row < M; ++row) {
-      row_max[row] = kNegInf;
-      row_sum[row] = 0.0f;
+      x.row_max[row] = kNegInf;
+      x.row_sum[row] = 0.0f;
     }
-    std::memset(acc, 0, M * D * sizeof(float));
+    std::memset(x.acc, 0, M * D * sizeof(float));
   }
 
   if (P.kv_splits == 1) {
-    for (size_t r = 0; r < rep; ++r) {
-      const size_t h = it.kvh * rep + r;
-      for (size_t i = 0; i < it.qn; ++i) {
-        const size_t row = r * it.qn + i;
-        float* o = A.out + it.b * A.o.b + h * A.o.h + (it.q0 + i) * A.o.s;
-        const float inv = row_sum[row] > 0.0f ? 1.0f / row_sum[row] : 0.0f;  // fully masked row -> 0
-        const vf vinv = vset1(inv);
-        const float* a = acc + row * D;
-        size_t j = 0;
-        for (; j + NF <= D; j += NF) vstore(o + j, vmul(vload(a + j), vinv));
-        for (; j < D; ++j) o[j] = a[j] * inv;
-      }
+    for (size_t row = 0; row < M; ++row) {
+      const size_t h = row_query_head(it, rep, row), pos = row_position(it, row);
+      float* o = A.out + it.b * A.o.b + h * A.o.h + pos * A.o.s;
+      const float inv = x.row_sum[row] > 0.0f ? 1.0f / x.row_sum[row] : 0.0f;  // fully masked row -> 0
+      const vf vinv = vset1(inv);
+      const float* a = x.acc + row * D;
+      size_t j = 0;
+      for (; j + NF <= D; j += NF) vstore(o + j, vmul(vload(a + j), vinv));
+      for (; j < D; ++j) o[j] = a[j] * inv;
     }
   } else {
     unsigned char* rec = partials + item * L.partial_record_bytes;
     const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
-    std::memcpy(rec, row_max, M * sizeof(float));
-    std::memcpy(rec + mbytes, row_sum, M * sizeof(float));
-    std::memcpy(rec + 2 * mbytes, acc, M * D * sizeof(float));
+    std::memcpy(rec, x.row_max, M * sizeof(float));
+    std::memcpy(rec + mbytes, x.row_sum, M * sizeof(float));
+    std::memcpy(rec + 2 * mbytes, x.acc, M * D * sizeof(float));
   }
 }
 
-// Flash-decoding merge of one (batch, KV head, query block): rescale each split's partial to the
-// common max and normalise.
+// Flash-decoding merge of one (batch, KV head group, query block): rescale each split's partial
+// to the common max and normalise.
 void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* partials,
                 size_t group) {
   const Item it = decode_item(group * P.kv_splits, A, P);
-  const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim;
+  const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, M = P.heads_per_item * rep * it.qn;
   const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
-  for (size_t r = 0; r < rep; ++r) {
-    const size_t h = it.kvh * rep + r;
-    for (size_t i = 0; i < it.qn; ++i) {
-      const size_t row = r * it.qn + i;
-      float m = kNegInf;
-      for (size_t sp = 0; sp < P.kv_splits; ++sp) {
-        const float* mx = reinterpret_cast<const float*>(partials + (group * P.kv_splits + sp) * L.partial_record_bytes);
-        if (mx[row] > m) m = mx[row];
-      }
-      float* o = A.out + it.b * A.o.b + h * A.o.h + (it.q0 + i) * A.o.s;
-      float total = 0.0f;
-      for (size_t sp = 0; sp < P.kv_splits; ++sp) {
-        const unsigned char* rec = partials + (group * P.kv_splits + sp) * L.partial_record_bytes;
-        const float mx = reinterpret_cast<const float*>(rec)[row];
-        const float sm = reinterpret_cast<const float*>(rec + mbytes)[row];
-        const float* a = reinterpret_cast<const float*>(rec + 2 * mbytes) + row * D;
-        const float c = mx == kNegInf ? 0.0f : std::exp(mx - m);
-        total += sm * c;
-        const vf vc = vset1(c);
-        size_t j = 0;
-        if (sp == 0) {
-          for (; j + NF <= D; j += NF) vstore(o + j, vmul(vload(a + j), vc));
-          for (; j < D; ++j) o[j] = a[j] * c;
-        } else {
-          for (; j + NF <= D; j += NF) vstore(o + j, vfma(vload(a + j), vc, vload(o + j)));
-          for (; j < D; ++j) o[j] += a[j] * c;
-        }
-      }
-      const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-      scale_row(o, D, inv);
+  for (size_t row = 0; row < M; ++row) {
+    const size_t h = row_query_head(it, rep, row), pos = row_position(it, row);
+    float m = kNegInf;
+    for (size_t sp = 0; sp < P.kv_splits; ++sp) {
+      const float* mx = reinterpret_cast<const float*>(partials + (group * P.kv_splits + sp) * L.partial_record_bytes);
+      if (mx[row] > m) m = mx[row];
     }
+    float* o = A.out + it.b * A.o.b + h * A.o.h + pos * A.o.s;
+    float total = 0.0f;
+    for (size_t sp = 0; sp < P.kv_splits; ++sp) {
+      const unsigned char* rec = partials + (group * P.kv_splits + sp) * L.partial_record_bytes;
+      const float mx = reinterpret_cast<const float*>(rec)[row];
+      const float sm = reinterpret_cast<const float*>(rec + mbytes)[row];
+      const float* a = reinterpret_cast<const float*>(rec + 2 * mbytes) + row * D;
+      const float c = mx == kNegInf ? 0.0f : std::exp(mx - m);
+      total += sm * c;
+      const vf vc = vset1(c);
+      size_t j = 0;
+      if (sp == 0) {
+        for (; j + NF <= D; j += NF) vstore(o + j, vmul(vload(a + j), vc));
+        for (; j < D; ++j) o[j] = a[j] * c;
+      } else {
+        for (; j + NF <= D; j += NF) vstore(o + j, vfma(vload(a + j), vc, vload(o + j)));
+        for (; j < D; ++j) o[j] += a[j] * c;
+      }
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    scale_row(o, D, inv);
   }
 }
 
