@@ -82,6 +82,7 @@ class Result:
     samples: Dict[str, int] = field(default_factory=dict)      # timed calls per implementation
     parallelism: Dict[str, float] = field(default_factory=dict)  # process CPU time / wall time, timed calls
     seconds: float = 0.0                                       # the case's wall time, setup included
+    others_cores: Optional[float] = None                       # CPUs other processes kept busy meanwhile
 
 
 TARGET_MODEL = "llama3-8b"
@@ -328,6 +329,28 @@ class _Peers:
 
 
 MIN_SAMPLES = 5  # per implementation and case, whatever the budget (>= 4: the spread needs quartiles)
+BUSY_MACHINE = 0.25  # other processes' CPUs above which a case is flagged (on a shared machine)
+
+
+def _cpu_snapshot() -> Optional[Tuple[float, float, float]]:
+    """(wall s, CPU seconds all processes kept busy (steal included), this process's CPU seconds)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # all but idle and iowait
+    own = os.times()
+    return time.perf_counter(), busy / hz, own.user + own.system
+
+
+def others_cores(before, after) -> Optional[float]:
+    """CPUs that other processes (or the hypervisor) kept busy between two _cpu_snapshot()s."""
+    if before is None or after is None or after[0] - before[0] < 0.05:
+        return None
+    wall = after[0] - before[0]
+    return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / wall)
 
 
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
@@ -337,6 +360,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     Each implementation has an equal share of `budget_s` (warm-up excluded) and leaves the rotation
     once it has used it and has MIN_SAMPLES samples, or once it has `rounds` samples."""
     t_case = time.perf_counter()
+    snap = _cpu_snapshot()
     x = _Inputs(case, rng, llc_bytes)
     set_num_threads(case.threads)
     result = Result(case)
@@ -385,11 +409,18 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     if case.kind == "decode" and bandwidth:
         result.floor_us = x.bytes_read / bandwidth * 1e6
     result.seconds = time.perf_counter() - t_case
+    result.others_cores = others_cores(snap, _cpu_snapshot())
     return result
 
 
 def _pct(spread: float) -> str:
     return "?" if spread is None or math.isnan(spread) else f"{100 * spread:.0f}%"
+
+
+def _busy_note(res: Result) -> str:
+    if res.others_cores is not None and res.others_cores >= BUSY_MACHINE:
+        return f"; other processes kept {res.others_cores:.1f} CPUs busy"
+    return ""
 
 
 def format_row(res: Result) -> str:
@@ -493,6 +524,16 @@ def evaluate_targets(results: Sequence[Result], all_threads: int) -> List[Target
             _judge(tr, ratio, ratio >= 1.7)
         out.append(tr)
     return out
+
+
+def busy_warning(results: Sequence[Result]) -> str:
+    """A sentence when other processes kept CPUs busy during some cases, else ''."""
+    busy = [r for r in results if r.others_cores is not None and r.others_cores >= BUSY_MACHINE]
+    if not busy:
+        return ""
+    worst = max(r.others_cores for r in busy)
+    return (f" WARNING: other processes kept up to {worst:.1f} CPUs busy during {len(busy)} of {len(results)} "
+            "cases: those timings (multi-threaded ones most) are inflated; rerun on an idle machine.")
 
 
 def format_targets(targets: Sequence[TargetResult]) -> List[str]:
@@ -618,16 +659,18 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         "Median µs per call over interleaved rounds; spread = interquartile range / median; "
         "× floor = qsdpa time / ((int8 K/V + qparams bytes) / bandwidth) (decode); "
         "peer columns = peer time / qsdpa time (> 1: qsdpa faster). "
-        "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC.",
+        "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC. "
+        "Others: CPUs that other processes kept busy during the case (timings on a shared machine).",
         "",
-        "| case | qsdpa µs | spread | × floor | " + " | ".join(peers) + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(peers),
+        "| case | qsdpa µs | spread | × floor | " + " | ".join(peers) + " | others |",
+        "|---|---:|---:|---:|" + "---:|" * len(peers) + "---:|",
     ]
     for r in results:
         ours = r.median_us["qsdpa"]
         floor = f"{ours / r.floor_us:.2f}" if r.floor_us else "-"
         cells = [f"`{r.case.key}`", f"{ours:.1f}", _pct(r.spread.get("qsdpa")), floor]
         cells += [_ratio_cell(r, p) for p in peers]
+        cells.append("?" if r.others_cores is None else f"{r.others_cores:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     if scaling:
         lines += ["", "## Thread scaling", "",
@@ -641,7 +684,7 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
             lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
     lines += ["", "## Targets", "",
               f"Issue 4: {TARGET_MODEL} (32 q / 8 kv heads, D 128), B=1; ratios of medians from this run. "
-              "A missing peer is reported as missing, not passed.", "",
+              "A missing peer is reported as missing, not passed." + busy_warning(results), "",
               "| target | measured | required | status | note |", "|---|---:|---|---|---|"]
     for t in targets:
         measured = f"{t.measured:.2f}×" if t.measured is not None else "-"
@@ -713,7 +756,8 @@ def results_json(meta: Dict[str, object], results: Sequence[Result], targets: Se
             "peers_missing": peers_missing,
             "results": [dict(asdict(r.case), key=r.case.key, median_us=r.median_us, spread=r.spread,
                              samples=r.samples, parallelism=r.parallelism, missing=r.missing,
-                             layers=r.layers, floor_us=r.floor_us, seconds=r.seconds) for r in results],
+                             layers=r.layers, floor_us=r.floor_us, seconds=r.seconds, others_cores=r.others_cores)
+                        for r in results],
             "targets": [asdict(t) for t in targets]}
 
 
@@ -836,7 +880,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         res = run_case(case, peers, args.rounds, args.budget, rng, llc, bandwidth.get(case.threads))
         results.append(res)
         clear = "\x1b[K" if tty else ""  # erase the rest of the "running" line
-        print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s]", flush=True)
+        print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s{_busy_note(res)}]", flush=True)
     set_num_threads(all_threads)
     meta["load_end"] = _load()
     scaling = thread_scaling(results, all_threads)
@@ -851,7 +895,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         print(f"targets (issue 4; {TARGET_MODEL} B=1, medians of this run, ratio = peer time / qsdpa time):")
         print("\n".join(format_targets(targets)))
-    print(f"load average at end: {meta['load_end']} (on a shared machine, other work inflates the timings)")
+    print(f"load average at end: {meta['load_end']}.{busy_warning(results)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results_json(meta, results, targets, peers.missing), f, indent=1)

@@ -191,6 +191,22 @@ def test_markdown_has_header_table_and_targets():
     assert sum(l.startswith("| ") and l.count("|") == 6 for l in target_rows) == 1 + 16  # header + targets
 
 
+def test_busy_machine_is_flagged():
+    assert _bench.others_cores((0.0, 10.0, 1.0), (2.0, 13.0, 2.0)) == pytest.approx(1.0)  # 3 busy - 1 own, over 2 s
+    assert _bench.others_cores((0.0, 10.0, 1.0), (2.0, 11.0, 2.0)) == 0.0
+    assert _bench.others_cores(None, (2.0, 11.0, 2.0)) is None
+    rs = _full_run()
+    assert _bench.busy_warning(rs) == ""
+    rs[0].others_cores, rs[1].others_cores = 1.2, 0.1
+    assert "up to 1.2 CPUs busy during 1 of 10 cases" in _bench.busy_warning(rs)
+    text = _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T))
+    assert "WARNING: other processes" in text
+    row = next(l for l in text.splitlines() if "`decode llama3-8b B=1 ctx=2048 t=1 hot`" in l)
+    assert row.endswith("| 1.2 |")
+    assert "others 1.2" not in _bench.format_row(rs[0])  # the CLI appends _busy_note to the progress line
+    assert "1.2 CPUs busy" in _bench._busy_note(rs[0]) and _bench._busy_note(rs[1]) == ""
+
+
 def test_plot_groups_need_two_context_lengths():
     cases = _bench.plan_cases(True, [1, 2])
     assert _bench.plot_groups(cases) == {}
