@@ -7,22 +7,35 @@ dequantized cache, ExecuTorch's ``llama::custom_quantized_sdpa`` (int8) and ``cu
 on the same inputs, and the numpy float64 reference on small shapes. A peer that is not installed
 is reported as missing, never silently dropped.
 
-Decode runs hot (the same K/V every call) and cold (rotating through enough layers' caches to
-exceed the last-level cache), with the int8 bytes read over the measured streaming-read bandwidth
-as the floor. Not implemented yet: the PNG plot (issue 4).
+Decode runs hot (the same K/V every call; with peers interleaved, each timed call is preceded by
+an untimed call of the same implementation, so its own data is what the caches hold) and cold
+(rotating through enough layers' caches to exceed the last-level cache), with the int8 bytes read
+over the measured streaming-read bandwidth as the floor.
+
+Budget: each implementation gets an equal share of --budget seconds per case and stops once it has
+used its share and has at least 5 samples (or --rounds samples), so a slow peer (ExecuTorch int8
+takes 20-200 ms per decode call at llama3-8b shapes, over a second per 512-token prefill) costs
+about 6 calls per case without starving the fast implementations of samples.
+
+--targets runs exactly the cases of the issue-4 targets (llama3-8b, B=1) and judges them; every run
+ends with the targets table ("not measured" for cases or peers that did not run). --markdown writes
+a results table (docs/benchmarks.md format), --plot a PNG of time against context length (needs
+matplotlib: pip install 'qsdpa[bench]'), --json everything.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,6 +65,11 @@ class Case:
         return (f"{self.kind:7s} {self.model:11s} B={self.batch} ctx={self.context:<6d} t={self.threads} "
                 f"{self.regime:4s}")
 
+    @property
+    def key(self) -> str:
+        """The label without padding: what --filter matches, and the markdown table's first column."""
+        return f"{self.kind} {self.model} B={self.batch} ctx={self.context} t={self.threads} {self.regime}"
+
 
 @dataclass
 class Result:
@@ -61,6 +79,32 @@ class Result:
     missing: Dict[str, str] = field(default_factory=dict)      # peer -> why it did not run
     layers: int = 1
     floor_us: Optional[float] = None                           # decode: int8 bytes read / bandwidth
+    samples: Dict[str, int] = field(default_factory=dict)      # timed calls per implementation
+    parallelism: Dict[str, float] = field(default_factory=dict)  # process CPU time / wall time, timed calls
+    seconds: float = 0.0                                       # the case's wall time, setup included
+    others_cores: Optional[float] = None                       # CPUs other processes kept busy meanwhile
+
+
+TARGET_MODEL = "llama3-8b"
+
+
+def plan_targets(threads: Sequence[int]) -> List[Case]:
+    """Exactly the cases the targets need: llama3-8b B=1, decode 2048/8192 hot and cold, prefill 512."""
+    cases = []
+    for t in threads:
+        for ctx in (2048, 8192):
+            for regime in ("hot", "cold"):
+                cases.append(Case(TARGET_MODEL, "decode", ctx, 1, t, regime))
+        cases.append(Case(TARGET_MODEL, "prefill", 512, 1, t))
+    return cases
+
+
+def filter_cases(cases: Sequence[Case], filters: Sequence[str]) -> List[Case]:
+    """Cases whose key contains every filter; within one filter, '|' separates alternatives."""
+    def keep(case: Case) -> bool:
+        return all(any(alt in case.key for alt in f.split("|")) for f in filters)
+
+    return [c for c in cases if keep(c)]
 
 
 def plan_cases(quick: bool, threads: Sequence[int]) -> List[Case]:
@@ -215,13 +259,36 @@ class _Peers:
             self.missing["ET int8"] = self.missing["ET fp32"] = "executorch not installed (pip install --no-deps executorch==1.5.1)"
             return
         try:
-            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+            with _quiet_stderr():  # its CPU probing logs a few lines on import
+                from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
-            self.et_threads = _unsafe_reset_threadpool
+            def et_threads(n: int, _reset=_unsafe_reset_threadpool) -> None:
+                with _quiet_stderr():  # "Resetting threadpool to N threads."
+                    _reset(n)
+
+            self.et_threads = et_threads
         except Exception as exc:  # noqa: BLE001
             self.et_threads = None
             self.missing["ET threads"] = (f"cannot set ExecuTorch's thread pool ({type(exc).__name__}: {exc}); "
                                           "its default pool is used")
+
+    def versions(self) -> Dict[str, str]:
+        """Peer package -> version, or "missing (why)"."""
+        from importlib import metadata
+
+        out = {}
+        if self.torch is not None:
+            out["torch"] = str(self.torch.__version__)
+        else:
+            out["torch"] = "missing (" + self.missing.get("torch fp32", "") + ")"
+        if self.llama is not None:
+            try:
+                out["executorch"] = metadata.version("executorch")
+            except metadata.PackageNotFoundError:
+                out["executorch"] = "custom ops loaded, version unknown"
+        else:
+            out["executorch"] = "missing (" + self.missing.get("ET int8", "") + ")"
+        return out
 
     def callables(self, case: Case, x: _Inputs) -> Dict[str, Callable[[int], object]]:
         """name -> fn(layer): one call on that layer's cache."""
@@ -261,41 +328,104 @@ class _Peers:
         return fns
 
 
+MIN_SAMPLES = 5  # per implementation and case, whatever the budget (>= 4: the spread needs quartiles)
+BUSY_MACHINE = 0.25  # other processes' CPUs above which a case is flagged (on a shared machine)
+
+
+def _cpu_snapshot() -> Optional[Tuple[float, float, float]]:
+    """(wall s, CPU seconds all processes kept busy (steal included), this process's CPU seconds)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)  # all but idle and iowait
+    own = os.times()
+    return time.perf_counter(), busy / hz, own.user + own.system
+
+
+def others_cores(before, after) -> Optional[float]:
+    """CPUs that other processes (or the hypervisor) kept busy between two _cpu_snapshot()s."""
+    if before is None or after is None or after[0] - before[0] < 0.05:
+        return None
+    wall = after[0] - before[0]
+    return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / wall)
+
+
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
              bandwidth: Optional[float] = None) -> Result:
+    """Time every implementation on one case, interleaved round by round.
+
+    Each implementation has an equal share of `budget_s` (warm-up excluded) and leaves the rotation
+    once it has used it and has MIN_SAMPLES samples, or once it has `rounds` samples."""
+    t_case = time.perf_counter()
+    snap = _cpu_snapshot()
     x = _Inputs(case, rng, llc_bytes)
     set_num_threads(case.threads)
     result = Result(case)
     result.missing = {k: v for k, v in peers.missing.items() if k != "ET threads"}
     fns = peers.callables(case, x)
+    # Hot decode with other implementations in between: their data (the fp32 caches are 4x the
+    # int8 ones) evicts this one's, and their thread pools may still be spinning; an untimed call
+    # of the same implementation first makes "hot" mean hot for the one being timed.
+    rewarm = case.regime == "hot" and case.kind == "decode" and len(fns) > 1
     samples: Dict[str, List[float]] = {name: [] for name in fns}
+    cpu = {name: 0.0 for name in fns}   # process CPU seconds during the timed calls
+    spent = {name: 0.0 for name in fns}
+    share = budget_s / len(fns)
     with _quiet_stderr():
         for fn in fns.values():  # warm-up: first-call costs (arena growth, thread pools) excluded
             fn(0)
-        start = time.perf_counter()
         call = 0
-        for r in range(rounds):
-            for name, fn in fns.items():
+        active = list(fns)
+        for _ in range(rounds):
+            for name in active:
+                fn = fns[name]
                 layer = call % x.n_layers
                 call += 1
+                w0 = time.perf_counter()
+                if rewarm:
+                    fn(layer)
+                c0 = time.process_time()
                 t0 = time.perf_counter()
                 fn(layer)
-                samples[name].append(time.perf_counter() - t0)
-            if r >= 4 and time.perf_counter() - start > budget_s:
+                t1 = time.perf_counter()
+                c1 = time.process_time()
+                samples[name].append(t1 - t0)
+                cpu[name] += c1 - c0
+                spent[name] += t1 - w0
+            active = [n for n in active if len(samples[n]) < MIN_SAMPLES or spent[n] < share]
+            if not active:
                 break
     for name, s in samples.items():
         med, spread = _median_spread(s)
         result.median_us[name] = med * 1e6
         result.spread[name] = spread
+        result.samples[name] = len(s)
+        if sum(s) >= 0.05:  # other threads' CPU time is only accounted at scheduler ticks
+            result.parallelism[name] = cpu[name] / sum(s)
     result.layers = x.n_layers
     if case.kind == "decode" and bandwidth:
         result.floor_us = x.bytes_read / bandwidth * 1e6
+    result.seconds = time.perf_counter() - t_case
+    result.others_cores = others_cores(snap, _cpu_snapshot())
     return result
+
+
+def _pct(spread: float) -> str:
+    return "?" if spread is None or math.isnan(spread) else f"{100 * spread:.0f}%"
+
+
+def _busy_note(res: Result) -> str:
+    if res.others_cores is not None and res.others_cores >= BUSY_MACHINE:
+        return f"; other processes kept {res.others_cores:.1f} CPUs busy"
+    return ""
 
 
 def format_row(res: Result) -> str:
     ours = res.median_us["qsdpa"]
-    parts = [f"{res.case.label}  qsdpa {ours:10.1f} us (±{100 * res.spread['qsdpa']:.0f}%)"]
+    parts = [f"{res.case.label}  qsdpa {ours:10.1f} us (±{_pct(res.spread['qsdpa'])})"]
     if res.floor_us:
         parts.append(f"{ours / res.floor_us:6.2f}x floor")
     for name, us in res.median_us.items():
@@ -304,44 +434,477 @@ def format_row(res: Result) -> str:
     return "  ".join(parts)
 
 
+# ----------------------------------------------------------------------------------------------
+# Targets (issue 4): llama3-8b, B=1, ratios of medians measured in the same run.
+
+PASS, FAIL, MISSING, NOT_MEASURED = "PASS", "FAIL", "MISSING", "not measured"
+FP32_PEERS = ("torch fp32", "ET fp32")
+
+
+@dataclass
+class TargetResult:
+    target: str
+    required: str                     # e.g. ">= 5x"
+    measured: Optional[float] = None  # the ratio (or time / floor), when it could be computed
+    status: str = NOT_MEASURED        # PASS | FAIL | MISSING | not measured
+    note: str = ""
+
+
+def _find(results: Sequence[Result], kind: str, context: int, threads: int, regime: str = "hot",
+          model: str = TARGET_MODEL, batch: int = 1) -> Optional[Result]:
+    for r in results:
+        c = r.case
+        if (c.model, c.kind, c.context, c.batch, c.threads, c.regime) == (model, kind, context, batch, threads, regime):
+            return r
+    return None
+
+
+def _judge(t: TargetResult, value: float, ok: bool) -> TargetResult:
+    t.measured, t.status = value, (PASS if ok else FAIL)
+    return t
+
+
+def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], minimum: float) -> TargetResult:
+    """qsdpa at least `minimum` times faster than the fastest of `peers` (min of their medians)."""
+    t = TargetResult(name, f">= {minimum:g}x")
+    if res is None:
+        t.note = "case not run"
+        return t
+    absent = [p for p in peers if p not in res.median_us]
+    if absent:
+        t.status = MISSING
+        t.note = "; ".join(f"{p} missing ({res.missing.get(p, 'not timed in this case')})" for p in absent)
+        present = [p for p in peers if p in res.median_us]
+        if present:  # an upper bound only: the missing peer might be the faster one
+            bound = min(res.median_us[p] for p in present) / res.median_us["qsdpa"]
+            t.note += f"; vs {', '.join(present)} alone: {bound:.2f}x"
+        return t
+    ours = res.median_us["qsdpa"]
+    best = min(peers, key=lambda p: res.median_us[p])
+    t.note = f"fastest peer {best}" if len(peers) > 1 else ""
+    return _judge(t, res.median_us[best] / ours, res.median_us[best] / ours >= minimum)
+
+
+def evaluate_targets(results: Sequence[Result], all_threads: int) -> List[TargetResult]:
+    """The issue-4 targets judged on `results`; `all_threads` is the "all cores" thread count."""
+    out: List[TargetResult] = []
+    tlist = sorted({1, all_threads})
+    for ctx in (2048, 8192):
+        for t in tlist:
+            res = _find(results, "decode", ctx, t)
+            where = f"decode ctx={ctx} t={t} hot"
+            out.append(_peer_ratio_target(f"{where}: vs min(torch fp32, ET fp32)", res, FP32_PEERS, 5))
+            out.append(_peer_ratio_target(f"{where}: vs ET int8", res, ("ET int8",), 50))
+    for ctx in (2048, 8192):
+        for t in tlist:
+            res = _find(results, "decode", ctx, t, "cold")
+            tr = TargetResult(f"decode ctx={ctx} t={t} cold: qsdpa time / floor", "<= 1.5x")
+            if res is None:
+                tr.note = "case not run"
+            elif not res.floor_us:
+                tr.note = "no bandwidth floor measured"
+            else:
+                ratio = res.median_us["qsdpa"] / res.floor_us
+                _judge(tr, ratio, ratio <= 1.5)
+            out.append(tr)
+    res = _find(results, "prefill", 512, all_threads)
+    where = f"prefill 512 t={all_threads} (all cores)"
+    out.append(_peer_ratio_target(f"{where}: vs torch fp32", res, ("torch fp32",), 2))
+    out.append(_peer_ratio_target(f"{where}: vs ET int8", res, ("ET int8",), 40))
+    for kind, ctx, regime in (("decode", 8192, "hot"), ("prefill", 512, "hot")):
+        name = f"{kind} {ctx}{' hot' if kind == 'decode' else ''}: qsdpa time(t=1) / time(t={all_threads})"
+        tr = TargetResult(name, ">= 1.7x")
+        r1, rn = _find(results, kind, ctx, 1, regime), _find(results, kind, ctx, all_threads, regime)
+        if all_threads < 2:
+            tr.note = "needs 2 or more cores"
+        elif r1 is None or rn is None:
+            tr.note = "needs both t=1 and t=%d" % all_threads
+        else:
+            ratio = r1.median_us["qsdpa"] / rn.median_us["qsdpa"]
+            _judge(tr, ratio, ratio >= 1.7)
+        out.append(tr)
+    return out
+
+
+def busy_warning(results: Sequence[Result]) -> str:
+    """A sentence when other processes kept CPUs busy during some cases, else ''."""
+    busy = [r for r in results if r.others_cores is not None and r.others_cores >= BUSY_MACHINE]
+    if not busy:
+        return ""
+    worst = max(r.others_cores for r in busy)
+    return (f" WARNING: other processes kept up to {worst:.1f} CPUs busy during {len(busy)} of {len(results)} "
+            "cases: those timings (multi-threaded ones most) are inflated; rerun on an idle machine.")
+
+
+def format_targets(targets: Sequence[TargetResult]) -> List[str]:
+    width = max(len(t.target) for t in targets)
+    lines = [f"  {'target':{width}s}  {'measured':>9s}  {'required':8s}  status"]
+    for t in targets:
+        measured = f"{t.measured:.2f}x" if t.measured is not None else "-"
+        lines.append(f"  {t.target:{width}s}  {measured:>9s}  {t.required:8s}  {t.status}"
+                     + (f"  ({t.note})" if t.note else ""))
+    n = {s: sum(t.status == s for t in targets) for s in (PASS, FAIL, MISSING, NOT_MEASURED)}
+    lines.append(f"  {n[PASS]} pass, {n[FAIL]} fail, {n[MISSING]} missing a peer, {n[NOT_MEASURED]} not measured")
+    return lines
+
+
+def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[str, Dict[str, Tuple[float, Optional[float]]]]]:
+    """For each case run at t=1 and t=all_threads: impl -> (time(1)/time(N), CPU/wall at N).
+
+    CPU/wall is the process's CPU time over wall time during the timed calls (only when they add up
+    to 50 ms or more): on an otherwise idle machine about the number of threads kept busy, so it
+    shows whether a library used the threads it was given. Other processes on the same cores lower
+    it; a previous call's thread pool still spin-waiting raises it."""
+    out = []
+    if all_threads < 2:
+        return out
+    for r1 in results:
+        c = r1.case
+        if c.threads != 1:
+            continue
+        rn = _find(results, c.kind, c.context, all_threads, c.regime, c.model, c.batch)
+        if rn is None:
+            continue
+        row = {name: (us / rn.median_us[name], rn.parallelism.get(name))
+               for name, us in r1.median_us.items() if name in rn.median_us}
+        out.append((f"{c.kind} {c.model} B={c.batch} ctx={c.context} {c.regime}", row))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Machine description, markdown, JSON, plot.
+
+PEER_ORDER = ("torch fp32", "ET int8", "ET fp32", "numpy")
+
+
+def cpu_model() -> str:
+    info: Dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    k, v = (p.strip() for p in line.split(":", 1))
+                    info.setdefault(k, v)
+                elif info:
+                    break
+    except OSError:
+        pass
+    name = info.get("model name")
+    if not name:
+        try:
+            import cpuinfo
+
+            name = cpuinfo.get_cpu_info().get("brand_raw")
+        except Exception:  # noqa: BLE001 - best effort
+            name = None
+    name = name or platform.processor() or platform.machine()
+    if "cpu family" in info:
+        name += f" (family {info['cpu family']}, model {info.get('model', '?')}, stepping {info.get('stepping', '?')})"
+    return name
+
+
+def physical_cores() -> Optional[int]:
+    cores = set()
+    phys = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":", 1)[1].strip()
+                elif line.startswith("core id"):
+                    cores.add((phys, line.split(":", 1)[1].strip()))
+    except OSError:
+        return None
+    return len(cores) or None
+
+
+def machine_info(threads: Sequence[int], bandwidth: Dict[int, float], llc: int) -> Dict[str, object]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    return {"cpu": cpu_model(), "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
+            "usable_cpus": usable, "llc_bytes": llc, "machine": platform.machine(),
+            "bandwidth_bytes_per_s": {int(t): bw for t, bw in bandwidth.items()},
+            "python": platform.python_version(), "numpy": np.__version__}
+
+
+def _ratio_cell(res: Result, name: str) -> str:
+    if name in res.median_us:
+        return f"{res.median_us[name] / res.median_us['qsdpa']:.2f}x"
+    if name in res.missing:
+        return "missing"
+    return "-"
+
+
+def markdown_report(meta: Dict[str, object], results: Sequence[Result],
+                    targets: Sequence[TargetResult], scaling=()) -> str:
+    m = meta["machine"]
+    peers = [p for p in PEER_ORDER if any(p in r.median_us or p in r.missing for r in results)]
+    bw = ", ".join(f"{t} thread{'s' if int(t) > 1 else ''} {v / 1e9:.1f} GB/s"
+                   for t, v in m["bandwidth_bytes_per_s"].items())
+    lines = [
+        "# qsdpa benchmark results",
+        "",
+        f"- **Date:** {meta['date']}",
+        f"- **Command:** `{meta['command']}`" + (f" (environment: `{meta['env']}`)" if meta.get("env") else ""),
+        f"- **Machine:** {m['cpu']}; {m['physical_cores'] or '?'} cores, {m['logical_cpus']} logical CPUs "
+        f"({m['usable_cpus']} usable); LLC {m['llc_bytes'] >> 20} MiB; streaming-read bandwidth {bw}; "
+        f"load average {meta['load_start']} at start, {meta['load_end']} at end",
+        f"- **qsdpa:** {meta['qsdpa_version']}, variant `{meta['isa']}`",
+        "- **Peers:** " + ", ".join(f"{k} {v}" for k, v in meta["peer_versions"].items())
+        + (f"; ExecuTorch thread pool: {meta['et_threads']}" if meta.get("et_threads") else ""),
+        f"- Python {m['python']}, numpy {m['numpy']}",
+        "",
+        "Median µs per call over interleaved rounds; spread = interquartile range / median; "
+        "× floor = qsdpa time / ((int8 K/V + qparams bytes) / bandwidth) (decode); "
+        "peer columns = peer time / qsdpa time (> 1: qsdpa faster). "
+        "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC. "
+        "Others: CPUs that other processes kept busy during the case (timings on a shared machine).",
+        "",
+        "| case | qsdpa µs | spread | × floor | " + " | ".join(peers) + " | others |",
+        "|---|---:|---:|---:|" + "---:|" * len(peers) + "---:|",
+    ]
+    for r in results:
+        ours = r.median_us["qsdpa"]
+        floor = f"{ours / r.floor_us:.2f}" if r.floor_us else "-"
+        cells = [f"`{r.case.key}`", f"{ours:.1f}", _pct(r.spread.get("qsdpa")), floor]
+        cells += [_ratio_cell(r, p) for p in peers]
+        cells.append("?" if r.others_cores is None else f"{r.others_cores:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if scaling:
+        lines += ["", "## Thread scaling", "",
+                  "time(t=1) / time(t=N) per implementation, [process CPU time / wall time during its "
+                  "timed calls at t=N: on an idle machine, about the number of threads it kept busy].", ""]
+        names = [n for n in ("qsdpa",) + PEER_ORDER if any(n in row for _, row in scaling)]
+        lines += ["| case | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for label, row in scaling:
+            cells = [f"{row[n][0]:.2f} [{row[n][1]:.1f}]" if n in row and row[n][1] is not None
+                     else (f"{row[n][0]:.2f}" if n in row else "-") for n in names]
+            lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
+    lines += ["", "## Targets", "",
+              f"Issue 4: {TARGET_MODEL} (32 q / 8 kv heads, D 128), B=1; ratios of medians from this run. "
+              "A missing peer is reported as missing, not passed." + busy_warning(results), "",
+              "| target | measured | required | status | note |", "|---|---:|---|---|---|"]
+    for t in targets:
+        measured = f"{t.measured:.2f}×" if t.measured is not None else "-"
+        status = f"**{t.status}**" if t.status in (PASS, FAIL) else t.status
+        lines.append(f"| {t.target} | {measured} | {t.required.replace('>=', '≥').replace('<=', '≤')} | {status} | {t.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_groups(cases: Sequence[Case]) -> Dict[tuple, List[Case]]:
+    """(model, kind, batch, threads, regime) -> its cases, for groups with >= 2 context lengths."""
+    groups: Dict[tuple, List[Case]] = {}
+    for c in cases:
+        groups.setdefault((c.model, c.kind, c.batch, c.threads, c.regime), []).append(c)
+    return {k: v for k, v in groups.items() if len({c.context for c in v}) >= 2}
+
+
+def write_plot(path: str, results: Sequence[Result], title: str = "") -> int:
+    """Time against context length, one line per implementation, one panel per group; returns panels."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    by_case = {r.case: r for r in results}
+    groups = plot_groups([r.case for r in results])
+    if not groups:
+        return 0
+    ncols = min(4, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig = Figure(figsize=(4.6 * ncols, 3.6 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    colors = dict(zip(("qsdpa",) + PEER_ORDER, ("C0", "C1", "C2", "C3", "C4")))  # the same in every panel
+    order = sorted(groups.items(), key=lambda kv: (kv[0][:4], kv[0][4] != "hot"))  # hot, then cold
+    for ax, ((model, kind, batch, threads, regime), cases) in zip(axes.flat, order):
+        rs = sorted((by_case[c] for c in cases), key=lambda r: r.case.context)
+        names = [n for n in colors if any(n in r.median_us for r in rs)]
+        for name in names:
+            pts = [(r.case.context, r.median_us[name]) for r in rs if name in r.median_us]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, color=colors[name],
+                    linewidth=2.5 if name == "qsdpa" else 1.2)
+        floor = [(r.case.context, r.floor_us) for r in rs if r.floor_us]
+        if len(floor) >= 2:
+            ax.plot([p[0] for p in floor], [p[1] for p in floor], "k--", linewidth=1, label="bandwidth floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        contexts = sorted({r.case.context for r in rs})
+        ax.set_xticks(contexts)
+        ax.set_xticklabels([str(c) for c in contexts])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_title(f"{kind} {model} B={batch} t={threads} {regime}", fontsize=10)
+        ax.set_xlabel("cached tokens" if kind == "decode" else "prompt length")
+        ax.set_ylabel("median µs per call")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=110)
+    return len(groups)
+
+
+def results_json(meta: Dict[str, object], results: Sequence[Result], targets: Sequence[TargetResult],
+                 peers_missing: Dict[str, str]) -> Dict[str, object]:
+    m = meta["machine"]
+    return {"date": meta["date"], "command": meta["command"], "isa": meta["isa"],
+            "qsdpa_version": meta["qsdpa_version"], "peer_versions": meta["peer_versions"],
+            "machine": m["machine"], "cpu": m["cpu"], "cpus": m["logical_cpus"], "llc_bytes": m["llc_bytes"],
+            "bandwidth_bytes_per_s": m["bandwidth_bytes_per_s"], "machine_info": m,
+            "load_average": {"start": meta["load_start"], "end": meta["load_end"]},
+            "peers_missing": peers_missing,
+            "results": [dict(asdict(r.case), key=r.case.key, median_us=r.median_us, spread=r.spread,
+                             samples=r.samples, parallelism=r.parallelism, missing=r.missing,
+                             layers=r.layers, floor_us=r.floor_us, seconds=r.seconds, others_cores=r.others_cores)
+                        for r in results],
+            "targets": [asdict(t) for t in targets]}
+
+
+# ----------------------------------------------------------------------------------------------
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def _parse_threads(ap, text: Optional[str], all_threads: int) -> List[int]:
+    if not text:
+        return sorted({1, all_threads})
+    try:
+        threads = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--threads: expected a comma list of integers, got {text!r}")
+    if not threads or any(t < 1 for t in threads):
+        ap.error(f"--threads: expected integers >= 1, got {text!r}")
+    return sorted(set(threads))
+
+
+def _check_output(ap, option: str, path: Optional[str]) -> None:
+    if path is not None:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            ap.error(f"{option} {path}: directory {parent} does not exist")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m qsdpa bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a few small cases (well under a minute)")
+    plan = ap.add_mutually_exclusive_group()
+    plan.add_argument("--quick", action="store_true", help="a few small cases (well under a minute)")
+    plan.add_argument("--targets", action="store_true",
+                      help=f"exactly the cases the issue-4 targets need ({TARGET_MODEL}, B=1: decode 2048/8192 "
+                           "hot and cold, prefill 512, at 1 and all threads); a few minutes")
+    ap.add_argument("--filter", action="append", default=[], metavar="SUBSTR",
+                    help="run only cases whose key (e.g. 'decode llama3-8b B=1 ctx=2048 t=1 hot') contains "
+                         "SUBSTR; repeat to require several, 'a|b' for either")
     ap.add_argument("--threads", default=None, help="comma list, default: 1 and all cores")
-    ap.add_argument("--rounds", type=int, default=30, help="timing rounds per case (default 30)")
-    ap.add_argument("--budget", type=float, default=5.0, help="seconds per case before stopping early")
-    ap.add_argument("--json", default=None, help="write results here")
+    ap.add_argument("--rounds", type=int, default=30, help="max timed calls per implementation and case (default 30)")
+    ap.add_argument("--budget", type=float, default=5.0,
+                    help="seconds per case, shared equally by the implementations; each still gets "
+                         f"{MIN_SAMPLES} samples (default 5)")
+    ap.add_argument("--json", default=None, metavar="FILE", help="write results and targets here")
+    ap.add_argument("--markdown", default=None, metavar="FILE", help="write a results table (docs/benchmarks.md format)")
+    ap.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="plot time against context length (needs matplotlib: pip install 'qsdpa[bench]')")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {args.rounds}")
+    if not args.budget > 0:
+        ap.error(f"--budget must be > 0, got {args.budget}")
     all_threads = get_num_threads()
-    threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, all_threads})
-    cases = plan_cases(args.quick, threads)
+    threads = _parse_threads(ap, args.threads, all_threads)
+    if args.targets:
+        cases = plan_targets(threads)
+    else:
+        cases = plan_cases(args.quick, threads)
+    if args.filter:
+        cases = filter_cases(cases, args.filter)
+        if not cases:
+            ap.error(f"--filter {' '.join(map(repr, args.filter))} matches no case of this plan "
+                     "(case keys look like 'decode llama3-8b B=1 ctx=2048 t=1 hot')")
+    for option in ("json", "markdown", "plot"):
+        _check_output(ap, "--" + option, getattr(args, option))
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+            from matplotlib.figure import Figure
+        except ImportError:
+            ap.error("--plot needs matplotlib, which is not installed: pip install matplotlib "
+                     "(or pip install 'qsdpa[bench]')")
+        ext = os.path.splitext(args.plot)[1].lstrip(".").lower()
+        if ext not in Figure().canvas.get_supported_filetypes():
+            ap.error(f"--plot {args.plot}: unsupported image type {ext!r} (use FILE.png)")
+        if not plot_groups(cases):
+            ap.error("--plot: no (model, kind, threads, regime) group of this plan has 2 or more context "
+                     "lengths, so there is nothing to plot (--quick has none; try --targets or a --filter "
+                     "of the full plan)")
+
+    from ._version import __version__
+
+    meta: Dict[str, object] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": shlex.join(["python", "-m", "qsdpa", "bench"] + argv),
+        "env": " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "QSDPA_ISA") if k in os.environ),
+        "isa": _dispatch.get_isa(), "qsdpa_version": __version__, "load_start": _load(),
+    }
     peers = _Peers()
     llc = last_level_cache_bytes()
     bandwidth = {t: stream_read_bandwidth(t) for t in threads}
-    print(f"qsdpa bench: variant {_dispatch.get_isa()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cpus, threads {threads}, {len(cases)} cases, LLC {llc >> 20} MiB")
+    meta["machine"] = machine_info(threads, bandwidth, llc)
+    meta["peer_versions"] = peers.versions()
+    if peers.llama is not None:
+        meta["et_threads"] = ("set per case with _unsafe_reset_threadpool" if peers.et_threads
+                              else "NOT controlled: " + peers.missing.get("ET threads", "?"))
+    print(f"qsdpa bench: variant {meta['isa']}, {meta['machine']['cpu']}, "
+          f"{os.cpu_count()} cpus, threads {threads}, {len(cases)} cases, LLC {llc >> 20} MiB, "
+          f"load average {meta['load_start']}")
     print("  streaming-read bandwidth (numpy sums, median): "
           + ", ".join(f"{t} thread(s) {bw / 1e9:.1f} GB/s" for t, bw in bandwidth.items()))
     print("  floor (decode) = (int8 K/V bytes + qparams read) / bandwidth; 'Nx floor' = qsdpa's time / floor")
+    print("  peers: " + ", ".join(f"{k} {v}" for k, v in meta["peer_versions"].items()))
     for name, why in peers.missing.items():
         print(f"  peer {name}: MISSING — {why}")
-    print("  ratios are peer time / qsdpa time (> 1: qsdpa faster); medians of interleaved rounds")
+    print("  ratios are peer time / qsdpa time (> 1: qsdpa faster); medians of interleaved rounds", flush=True)
+    tty = sys.stdout.isatty()
     rng = np.random.default_rng(0)
     results = []
     for i, case in enumerate(cases, 1):
+        # Before each case, so a long one (ExecuTorch int8 prefill: seconds per call) shows what runs.
+        print(f"[{i}/{len(cases)}] running {case.key} ...", end="\r" if tty else "\n", flush=True)
         res = run_case(case, peers, args.rounds, args.budget, rng, llc, bandwidth.get(case.threads))
         results.append(res)
-        print(f"[{i}/{len(cases)}] {format_row(res)}", flush=True)
+        clear = "\x1b[K" if tty else ""  # erase the rest of the "running" line
+        print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s{_busy_note(res)}]", flush=True)
     set_num_threads(all_threads)
+    meta["load_end"] = _load()
+    scaling = thread_scaling(results, all_threads)
+    if scaling:
+        print(f"thread scaling: time(t=1) / time(t={all_threads}) [CPU/wall at t={all_threads}]")
+        for label, row in scaling:
+            print(f"  {label}: " + "  ".join(
+                f"{n} {v:.2f}" + (f" [{p:.1f}]" if p is not None else "") for n, (v, p) in row.items()))
+    targets = evaluate_targets(results, all_threads)
+    if all(t.status == NOT_MEASURED for t in targets):
+        print(f"targets (issue 4): none measured in this run ({TARGET_MODEL} B=1 cases; run --targets)")
+    else:
+        print(f"targets (issue 4; {TARGET_MODEL} B=1, medians of this run, ratio = peer time / qsdpa time):")
+        print("\n".join(format_targets(targets)))
+    print(f"load average at end: {meta['load_end']}.{busy_warning(results)}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"isa": _dispatch.get_isa(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                       "llc_bytes": llc, "bandwidth_bytes_per_s": bandwidth, "peers_missing": peers.missing,
-                       "results": [dict(asdict(r.case), median_us=r.median_us, spread=r.spread, layers=r.layers,
-                                        floor_us=r.floor_us) for r in results]},
-                      f, indent=1)
+            json.dump(results_json(meta, results, targets, peers.missing), f, indent=1)
         print(f"wrote {args.json}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_report(meta, results, targets, scaling))
+        print(f"wrote {args.markdown}")
+    if args.plot:
+        panels = write_plot(args.plot, results, f"qsdpa {meta['isa']} — {meta['machine']['cpu']} — {meta['date']}")
+        print(f"wrote {args.plot} ({panels} panel{'s' if panels != 1 else ''})")
     return 0

@@ -3,7 +3,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from qsdpa import _bench
+from qsdpa._threads import get_num_threads, set_num_threads
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """run_case sets qsdpa's thread count; the CLI takes "all cores" from it."""
+    saved = get_num_threads()
+    yield
+    set_num_threads(saved)
 
 
 def test_quick_plan_is_small_and_full_plan_covers_the_issue():
@@ -35,3 +46,230 @@ def test_cli_writes_json(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["results"] and all("qsdpa" in r["median_us"] for r in data["results"])
     assert "qsdpa bench" in capsys.readouterr().out
+
+
+# --- targets, markdown, plot, arguments (synthetic results: no timing) --------------------------
+
+import sys  # noqa: E402
+
+T = 2  # "all cores" in the synthetic runs below
+
+
+def _res(kind, ctx, threads, regime="hot", qsdpa=100.0, floor=None, missing=(), model="llama3-8b", **peers):
+    case = _bench.Case(model, kind, ctx, 1, threads, regime)
+    times = {"qsdpa": qsdpa}
+    times.update({k.replace("_", " "): v for k, v in peers.items()})
+    r = _bench.Result(case, median_us=times, spread={k: 0.05 for k in times},
+                      missing={m: "not installed" for m in missing}, floor_us=floor)
+    return r
+
+
+def _full_run(**over):
+    """Every target case, each target passing by a margin unless overridden."""
+    fast = dict(torch_fp32=600.0, ET_fp32=700.0, ET_int8=6000.0)
+    rs = []
+    for ctx in (2048, 8192):
+        for t in (1, T):
+            q = 100.0 if t == 1 else 50.0
+            rs.append(_res("decode", ctx, t, qsdpa=q, **{k: v * q / 100 for k, v in fast.items()}))
+            rs.append(_res("decode", ctx, t, "cold", qsdpa=120.0, floor=100.0))
+    rs.append(_res("prefill", 512, 1, qsdpa=1000.0, torch_fp32=3000.0, ET_int8=50000.0))
+    rs.append(_res("prefill", 512, T, qsdpa=500.0, torch_fp32=1500.0, ET_int8=25000.0))
+    return rs
+
+
+def _by_name(targets):
+    return {t.target: t for t in targets}
+
+
+def test_targets_plan_is_exactly_what_the_targets_need():
+    cases = _bench.plan_targets([1, T])
+    assert len(cases) == len(set(cases)) == 10
+    assert {c.model for c in cases} == {"llama3-8b"} and {c.batch for c in cases} == {1}
+    assert {(c.kind, c.context, c.regime) for c in cases} == {
+        ("decode", 2048, "hot"), ("decode", 2048, "cold"), ("decode", 8192, "hot"), ("decode", 8192, "cold"),
+        ("prefill", 512, "hot")}
+    assert {c.threads for c in cases} == {1, T}
+    # every target is measurable from that plan
+    results = [_res(c.kind, c.context, c.threads, c.regime, floor=80.0 if c.kind == "decode" else None,
+                    torch_fp32=1e3, ET_fp32=1e3, ET_int8=1e4) for c in cases]
+    assert all(t.status != _bench.NOT_MEASURED for t in _bench.evaluate_targets(results, T))
+
+
+def test_targets_all_pass():
+    targets = _bench.evaluate_targets(_full_run(), T)
+    assert len(targets) == 16
+    assert [t.status for t in targets] == [_bench.PASS] * 16, _bench.format_targets(targets)
+    got = _by_name(targets)
+    # min(torch, ET fp32) / qsdpa: torch is the faster one here
+    t = got["decode ctx=2048 t=1 hot: vs min(torch fp32, ET fp32)"]
+    assert t.measured == pytest.approx(6.0) and "torch fp32" in t.note
+    assert got["decode ctx=8192 t=2 hot: vs ET int8"].measured == pytest.approx(60.0)
+    assert got["decode ctx=2048 t=1 cold: qsdpa time / floor"].measured == pytest.approx(1.2)
+    assert got["prefill 512 t=2 (all cores): vs torch fp32"].measured == pytest.approx(3.0)
+    assert got["decode 8192 hot: qsdpa time(t=1) / time(t=2)"].measured == pytest.approx(2.0)
+    assert got["prefill 512: qsdpa time(t=1) / time(t=2)"].measured == pytest.approx(2.0)
+
+
+def test_targets_fail_at_the_thresholds():
+    rs = _full_run()
+    # decode 2048 t=1: ET fp32 faster than torch, only 4.9x slower than qsdpa -> FAIL (the min counts)
+    rs[0] = _res("decode", 2048, 1, qsdpa=100.0, torch_fp32=600.0, ET_fp32=490.0, ET_int8=4999.0)
+    rs[1] = _res("decode", 2048, 1, "cold", qsdpa=151.0, floor=100.0)            # 1.51x floor
+    rs[-1] = _res("prefill", 512, T, qsdpa=600.0, torch_fp32=1199.0, ET_int8=24000.0)  # 1.67x scaling
+    got = _by_name(_bench.evaluate_targets(rs, T))
+    t = got["decode ctx=2048 t=1 hot: vs min(torch fp32, ET fp32)"]
+    assert (t.status, t.measured) == (_bench.FAIL, pytest.approx(4.9)) and "ET fp32" in t.note
+    assert got["decode ctx=2048 t=1 hot: vs ET int8"].status == _bench.FAIL
+    assert got["decode ctx=2048 t=1 cold: qsdpa time / floor"].status == _bench.FAIL
+    assert got["prefill 512 t=2 (all cores): vs torch fp32"].status == _bench.FAIL
+    assert got["prefill 512 t=2 (all cores): vs ET int8"].status == _bench.PASS   # 40x exactly passes
+    assert got["prefill 512: qsdpa time(t=1) / time(t=2)"].status == _bench.FAIL
+    # the rest still pass
+    assert got["decode ctx=8192 t=1 hot: vs min(torch fp32, ET fp32)"].status == _bench.PASS
+
+
+def test_missing_peer_is_missing_not_passed():
+    rs = [_res("decode", 2048, 1, qsdpa=100.0, torch_fp32=900.0, missing=("ET fp32", "ET int8"))]
+    got = _by_name(_bench.evaluate_targets(rs, T))
+    t = got["decode ctx=2048 t=1 hot: vs min(torch fp32, ET fp32)"]
+    assert t.status == _bench.MISSING and t.measured is None
+    assert "ET fp32 missing (not installed)" in t.note and "9.00x" in t.note  # the partial bound, as a note
+    t = got["decode ctx=2048 t=1 hot: vs ET int8"]
+    assert t.status == _bench.MISSING and "ET int8" in t.note
+    # everything else was not run at all
+    others = [t for name, t in got.items() if not name.startswith("decode ctx=2048 t=1 hot")]
+    assert {t.status for t in others} == {_bench.NOT_MEASURED}
+    lines = _bench.format_targets(list(got.values()))
+    assert "0 pass, 0 fail, 2 missing a peer, 14 not measured" in lines[-1]
+
+
+def test_targets_not_measured_cases():
+    rs = _full_run()
+    # no floor (bandwidth not measured), no t=2 prefill, other model's cases ignored
+    rs = [r for r in rs if not (r.case.kind == "prefill" and r.case.threads == T)]
+    for r in rs:
+        r.floor_us = None
+    rs.append(_res("prefill", 512, T, model="small", qsdpa=1.0, torch_fp32=100.0, ET_int8=100.0))
+    got = _by_name(_bench.evaluate_targets(rs, T))
+    assert got["decode ctx=8192 t=2 cold: qsdpa time / floor"].status == _bench.NOT_MEASURED
+    assert got["prefill 512 t=2 (all cores): vs ET int8"].status == _bench.NOT_MEASURED
+    assert got["prefill 512: qsdpa time(t=1) / time(t=2)"].status == _bench.NOT_MEASURED
+    assert got["decode 8192 hot: qsdpa time(t=1) / time(t=2)"].status == _bench.PASS
+    # one core: no scaling targets, and the "all cores" targets are at t=1
+    one = _by_name(_bench.evaluate_targets(_full_run(), 1))
+    assert one["decode 8192 hot: qsdpa time(t=1) / time(t=1)"].status == _bench.NOT_MEASURED
+    assert one["prefill 512 t=1 (all cores): vs torch fp32"].status == _bench.PASS
+    assert len(one) == 10
+
+
+def _meta():
+    return {"date": "2030-01-01 00:00 UTC", "command": "python -m qsdpa bench --targets", "env": "",
+            "isa": "avx2", "qsdpa_version": "0.0.test", "load_start": "0.1 0.1 0.1", "load_end": "0.2 0.1 0.1",
+            "machine": _bench.machine_info([1, 2], {1: 10e9, 2: 12e9}, 32 << 20),
+            "peer_versions": {"torch": "2.13.0", "executorch": "missing (not installed)"}}
+
+
+def test_markdown_has_header_table_and_targets():
+    rs = _full_run()
+    rs[0].missing = {"numpy": "x"}
+    targets = _bench.evaluate_targets(rs, T)
+    text = _bench.markdown_report(_meta(), rs, targets, _bench.thread_scaling(rs, T))
+    for needle in ("2030-01-01", "`python -m qsdpa bench --targets`", "LLC 32 MiB", "1 thread 10.0 GB/s",
+                   "2 threads 12.0 GB/s", "variant `avx2`", "torch 2.13.0", "executorch missing (not installed)",
+                   "## Targets", "## Thread scaling", "**PASS**", "≥ 5"):
+        assert needle in text, needle
+    assert _bench.machine_info([1], {}, 1)["cpu"] in text
+    lines = text.splitlines()
+    header = next(l for l in lines if l.startswith("| case |"))
+    assert header.split("|")[2:6] == [" qsdpa µs ", " spread ", " × floor ", " torch fp32 "]
+    row = next(l for l in lines if "`decode llama3-8b B=1 ctx=2048 t=1 hot`" in l)
+    assert "| 100.0 | 5% | - | 6.00x | 60.00x | 7.00x | missing |" in row
+    cold = next(l for l in lines if "`decode llama3-8b B=1 ctx=2048 t=1 cold`" in l)
+    assert "| 120.0 | 5% | 1.20 | - |" in cold
+    target_rows = lines[lines.index("## Targets"):]
+    assert sum(l.startswith("| ") and l.count("|") == 6 for l in target_rows) == 1 + 16  # header + targets
+
+
+def test_busy_machine_is_flagged():
+    assert _bench.others_cores((0.0, 10.0, 1.0), (2.0, 13.0, 2.0)) == pytest.approx(1.0)  # 3 busy - 1 own, over 2 s
+    assert _bench.others_cores((0.0, 10.0, 1.0), (2.0, 11.0, 2.0)) == 0.0
+    assert _bench.others_cores(None, (2.0, 11.0, 2.0)) is None
+    rs = _full_run()
+    assert _bench.busy_warning(rs) == ""
+    rs[0].others_cores, rs[1].others_cores = 1.2, 0.1
+    assert "up to 1.2 CPUs busy during 1 of 10 cases" in _bench.busy_warning(rs)
+    text = _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T))
+    assert "WARNING: other processes" in text
+    row = next(l for l in text.splitlines() if "`decode llama3-8b B=1 ctx=2048 t=1 hot`" in l)
+    assert row.endswith("| 1.2 |")
+    assert "others 1.2" not in _bench.format_row(rs[0])  # the CLI appends _busy_note to the progress line
+    assert "1.2 CPUs busy" in _bench._busy_note(rs[0]) and _bench._busy_note(rs[1]) == ""
+
+
+def test_plot_groups_need_two_context_lengths():
+    cases = _bench.plan_cases(True, [1, 2])
+    assert _bench.plot_groups(cases) == {}
+    groups = _bench.plot_groups(_bench.plan_targets([1, 2]))
+    assert set(groups) == {("llama3-8b", "decode", 1, t, r) for t in (1, 2) for r in ("hot", "cold")}
+
+
+def test_plot_writes_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "p.png"
+    assert _bench.write_plot(str(out), _full_run(), "title") == 4
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_plot_markdown_filter(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png, md, js = tmp_path / "p.png", tmp_path / "r.md", tmp_path / "r.json"
+    argv = ["--filter", "decode small B=1 ", "--filter", "ctx=512 |ctx=2048 ", "--filter", "t=1 hot", "--threads", "1",
+            "--rounds", "2", "--budget", "0.1", "--plot", str(png), "--markdown", str(md), "--json", str(js)]
+    assert _bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "running decode small B=1 ctx=2048 t=1 hot" in out and "targets (issue 4): none measured" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    text = md.read_text()
+    assert "`decode small B=1 ctx=512 t=1 hot`" in text and "`decode small B=1 ctx=2048 t=1 hot`" in text
+    assert "--filter 'decode small B=1 '" in text and "## Targets" in text and "not measured" in text
+    data = json.loads(js.read_text())
+    assert [r["key"] for r in data["results"]] == ["decode small B=1 ctx=512 t=1 hot", "decode small B=1 ctx=2048 t=1 hot"]
+    assert len(data["targets"]) == 16 and {t["status"] for t in data["targets"]} == {"not measured"}
+    assert data["command"].startswith("python -m qsdpa bench --filter")
+
+
+def _exit_code(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _bench.main(argv)
+    return exc.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quick", "--targets"], "not allowed with"),
+    (["--rounds", "0"], "--rounds"),
+    (["--budget", "0"], "--budget"),
+    (["--threads", "1,x"], "--threads"),
+    (["--threads", "0"], "--threads"),
+    (["--quick", "--filter", "no-such-case"], "matches no case"),
+    (["--quick", "--json", "/nonexistent-dir/x.json"], "does not exist"),
+    (["--quick", "--markdown", "/nonexistent-dir/x.md"], "does not exist"),
+])
+def test_argument_errors_exit_2_before_running(argv, message, capsys):
+    code, err = _exit_code(argv, capsys)
+    assert code == 2 and message in err
+
+
+def test_plot_without_matplotlib_is_a_clear_error(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    code, err = _exit_code(["--targets", "--plot", str(tmp_path / "p.png")], capsys)
+    assert code == 2 and "needs matplotlib" in err and "pip install" in err
+
+
+def test_plot_argument_errors(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, err = _exit_code(["--quick", "--plot", str(tmp_path / "p.png")], capsys)
+    assert code == 2 and "nothing to plot" in err
+    code, err = _exit_code(["--targets", "--plot", str(tmp_path / "p.nosuchformat")], capsys)
+    assert code == 2 and "unsupported image type" in err
