@@ -4,6 +4,13 @@ This layer settles what the C++ entry cannot see: argument types and presence, t
 copies of non-contiguous inputs (never read with the wrong strides), and the output allocation.
 Everything about shapes, dtypes and qparam values is checked in C++ (csrc/attention_binding.h),
 before anything is written.
+
+Per-call cost matters (a decode step calls this once per layer), so quantized_sdpa first tries a
+fast path for the usual call: every argument of exactly the expected Python type (ndarray, int,
+bool, float, None), no mask. It checks what it needs itself and hands the arrays to C++ as they are;
+C++ rejects a non-C-contiguous array with a ValueError before writing anything, and any ValueError
+sends the call down the complete path (_prepare, which copies such arrays), which then either runs or
+raises exactly the error it always raised. Every other call takes the complete path directly.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import _dispatch
+from . import _dispatch, _threads
 from ._threads import get_num_threads
 
 _ARRAY_ARGS = ("query", "key", "value", "q_zero_points", "q_scales", "k_zero_points", "k_scales", "v_zero_points",
@@ -65,9 +72,48 @@ def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_
     array of that shape, filled without allocating). A row whose keys are all masked gives 0.
     Bad arguments raise ``TypeError``/``ValueError`` naming the argument, and ``out`` is untouched.
     """
+    nd = _ndarray
+    if (attn_mask is None and type(query) is nd and type(key) is nd and type(value) is nd
+            and type(q_zero_points) in _ARRAY_OR_NONE and type(q_scales) in _ARRAY_OR_NONE
+            and type(k_zero_points) in _ARRAY_OR_NONE and type(k_scales) in _ARRAY_OR_NONE
+            and type(v_zero_points) in _ARRAY_OR_NONE and type(v_scales) in _ARRAY_OR_NONE
+            and type(out) in _ARRAY_OR_NONE and type(start_pos) is int and type(dropout_p) is float
+            and dropout_p == 0.0 and (is_causal is True or is_causal is False)
+            and (is_seq_at_dim_2 is False or is_seq_at_dim_2 is True)):
+        # Fast path: the checks _prepare would make, for these argument types.
+        if scale is None:
+            shape = query.shape
+            if len(shape) != 4:
+                raise ValueError(f"query must be 4-D, got {len(shape)}-D")
+            head_dim = shape[3]
+            scale_value = 1.0 / _sqrt(head_dim) if head_dim > 0 else 1.0
+        elif type(scale) is float and _isfinite(scale) and query.ndim == 4:
+            scale_value = scale
+        else:
+            scale_value = None  # anything unusual: the complete path checks and reports it
+        if scale_value is not None:
+            result = _empty(query.shape, _float32) if out is None else out
+            selected = _dispatch._selection  # fixed once resolved; selection() resolves it
+            module = selected.module if selected is not None else _dispatch.selection().module
+            threads = _threads._num_threads or get_num_threads()
+            try:
+                module.quantized_sdpa(query, q_scales, q_zero_points, key, k_scales, k_zero_points, value, v_scales,
+                                      v_zero_points, None, start_pos, is_causal, scale_value, is_seq_at_dim_2, result,
+                                      threads, 0)
+                return result
+            except ValueError:
+                pass  # e.g. a non-contiguous input: nothing was written; the complete path copies or raises
     prepared = _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
                         q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
     return _run(_dispatch.selection().module, *prepared)
+
+
+_ndarray = np.ndarray
+_ARRAY_OR_NONE = frozenset((np.ndarray, type(None)))
+_empty = np.empty
+_float32 = np.float32
+_sqrt = math.sqrt
+_isfinite = math.isfinite
 
 
 def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
