@@ -151,9 +151,12 @@ inline bool is_dtype(const py::handle& obj, char kind, size_t itemsize) {
   return dt.kind() == kind && dt.itemsize() == static_cast<py::ssize_t>(itemsize);
 }
 
-inline void require(bool ok, const std::string& message) {
-  if (!ok) throw py::value_error(message);
-}
+// Argument check: the message (often built with std::to_string) is only evaluated when the check
+// fails, so a valid call allocates nothing here.
+#define QSDPA_REQUIRE(ok, message)                          \
+  do {                                                      \
+    if (!(ok)) throw ::pybind11::value_error(message);      \
+  } while (0)
 
 inline std::string dims(size_t a, size_t b) { return "(" + std::to_string(a) + ", " + std::to_string(b) + ")"; }
 

@@ -120,21 +120,21 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
   auto v = tensor<int8_t>(v_, "value", 4, false);
   dk = dims_of(k, seq_dim2);
   dv = dims_of(v, seq_dim2);
-  require(dk.d == dq.d && dv.d == dq.d, "query, key and value must have the same head dim (last dim): " +
+  QSDPA_REQUIRE(dk.d == dq.d && dv.d == dq.d, "query, key and value must have the same head dim (last dim): " +
           std::to_string(dq.d) + ", " + std::to_string(dk.d) + ", " + std::to_string(dv.d));
-  require(dk.b == dq.b && dv.b == dq.b, "query, key and value must have the same batch size: " +
+  QSDPA_REQUIRE(dk.b == dq.b && dv.b == dq.b, "query, key and value must have the same batch size: " +
           std::to_string(dq.b) + ", " + std::to_string(dk.b) + ", " + std::to_string(dv.b));
-  require(dk.h == dv.h && dk.s == dv.s, "key and value must have the same shape, got " + shape_str(dk, seq_dim2) +
+  QSDPA_REQUIRE(dk.h == dv.h && dk.s == dv.s, "key and value must have the same shape, got " + shape_str(dk, seq_dim2) +
           " and " + shape_str(dv, seq_dim2));
-  require(dk.h >= 1 && dq.h >= 1, "query and key must have at least one head");
-  require(dq.h % dk.h == 0, "query heads (" + std::to_string(dq.h) + ") must be a multiple of key/value heads (" +
+  QSDPA_REQUIRE(dk.h >= 1 && dq.h >= 1, "query and key must have at least one head");
+  QSDPA_REQUIRE(dq.h % dk.h == 0, "query heads (" + std::to_string(dq.h) + ") must be a multiple of key/value heads (" +
           std::to_string(dk.h) + ")");
-  require(dq.d >= 1 && dq.d <= kMaxDotK, "head dim must be in [1, " + std::to_string(kMaxDotK) + "], got " + std::to_string(dq.d));
-  require(start_pos >= 0, "start_pos must be >= 0, got " + std::to_string(start_pos));
-  require(static_cast<size_t>(start_pos) + dq.s <= dk.s,
+  QSDPA_REQUIRE(dq.d >= 1 && dq.d <= kMaxDotK, "head dim must be in [1, " + std::to_string(kMaxDotK) + "], got " + std::to_string(dq.d));
+  QSDPA_REQUIRE(start_pos >= 0, "start_pos must be >= 0, got " + std::to_string(start_pos));
+  QSDPA_REQUIRE(static_cast<size_t>(start_pos) + dq.s <= dk.s,
           "start_pos + query length (" + std::to_string(start_pos) + " + " + std::to_string(dq.s) +
           ") must not exceed the key/value length " + std::to_string(dk.s));
-  require(std::isfinite(scale), "scale must be finite");
+  QSDPA_REQUIRE(std::isfinite(scale), "scale must be finite");
 
   QParams qq{}, qk, qv;
   if (!float_query) qq = qparams(q_scales_, q_zp_, "q_scales", "q_zero_points", dq, "query", seq_dim2);
@@ -143,12 +143,12 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
 
   auto out = tensor<float>(out_, "out", 4, true);
   Dims dout = dims_of(out, seq_dim2);
-  require(dout.b == dq.b && dout.h == dq.h && dout.s == dq.s && dout.d == dq.d,
+  QSDPA_REQUIRE(dout.b == dq.b && dout.h == dq.h && dout.s == dq.s && dout.d == dq.d,
           "out must have the query's shape " + shape_str(dq, seq_dim2) + ", got " + shape_str(dout, seq_dim2));
 
   A.mask_kind = MaskKind::kNone;
   if (!mask_.is_none()) {
-    require(!is_causal, "attn_mask and is_causal cannot be used together");
+    QSDPA_REQUIRE(!is_causal, "attn_mask and is_causal cannot be used together");
     const bool keep = is_dtype(mask_, 'b', 1);
     if (!keep && !is_dtype(mask_, 'f', 4)) {
       if (py::isinstance<py::array>(mask_))
@@ -157,7 +157,7 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
       throw py::type_error("attn_mask must be a numpy.ndarray or None");
     }
     const int nd = static_cast<int>(py::reinterpret_borrow<py::array>(mask_).ndim());
-    require(nd == 2 || nd == 4, "attn_mask must be 2-D [q_len, kv_len] or 4-D [batch, q_heads, q_len, kv_len]");
+    QSDPA_REQUIRE(nd == 2 || nd == 4, "attn_mask must be 2-D [q_len, kv_len] or 4-D [batch, q_heads, q_len, kv_len]");
     size_t shape[4];
     if (keep) {
       auto m = tensor<bool>(mask_, "attn_mask", nd, false);
@@ -171,11 +171,11 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
       A.mask_kind = MaskKind::kAdditive;
     }
     if (nd == 2) {
-      require(shape[0] == dq.s && shape[1] == dk.s, "attn_mask must have shape [" + std::to_string(dq.s) + ", " +
+      QSDPA_REQUIRE(shape[0] == dq.s && shape[1] == dk.s, "attn_mask must have shape [" + std::to_string(dq.s) + ", " +
               std::to_string(dk.s) + "] ([q_len, kv_len]), got [" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]");
       A.mask = Strides3{0, 0, dk.s};
     } else {
-      require(shape[0] == dq.b && shape[1] == dq.h && shape[2] == dq.s && shape[3] == dk.s,
+      QSDPA_REQUIRE(shape[0] == dq.b && shape[1] == dq.h && shape[2] == dq.s && shape[3] == dk.s,
               "attn_mask must have shape [" + std::to_string(dq.b) + ", " + std::to_string(dq.h) + ", " + std::to_string(dq.s) +
               ", " + std::to_string(dk.s) + "] ([batch, q_heads, q_len, kv_len])");
       A.mask = Strides3{dq.h * dq.s * dk.s, dq.s * dk.s, dk.s};
@@ -220,11 +220,11 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
       {k.data, span_bytes(k)}, {v.data, span_bytes(v)}, {qk.scale, qk.scale_bytes}, {qk.zp, qk.zp_bytes},
       {qv.scale, qv.scale_bytes}, {qv.zp, qv.zp_bytes}, {qq.scale, qq.scale_bytes}, {qq.zp, qq.zp_bytes}};
   for (const auto& in : inputs)
-    require(in.first == nullptr || !overlaps(out_span, in.first, in.second), "out must not overlap an input array");
+    QSDPA_REQUIRE(in.first == nullptr || !overlaps(out_span, in.first, in.second), "out must not overlap an input array");
   if (A.mask_kind != MaskKind::kNone) {
     const void* m = A.mask_kind == MaskKind::kKeep ? static_cast<const void*>(A.mask_keep) : static_cast<const void*>(A.mask_add);
     const size_t mbytes = (A.mask.b ? A.batch * A.mask.b : A.q_len * A.mask.s) * (A.mask_kind == MaskKind::kKeep ? 1 : 4);
-    require(!overlaps(out_span, m, mbytes), "out must not overlap an input array");
+    QSDPA_REQUIRE(!overlaps(out_span, m, mbytes), "out must not overlap an input array");
   }
 
   if (!r.empty) {

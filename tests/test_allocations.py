@@ -48,19 +48,8 @@ pytestmark = [
                        reason="under qemu-user emulation: allocations are counted in the native run"),
 ]
 
-# Known today (docs/allocations.md). strict: when the C++ binding is fixed these XPASS and fail, so
-# the marks must then be removed.
-QSDPA_ALLOCATES = pytest.mark.xfail(strict=True, reason=(
-    "about 30 allocations per call: std::string messages built eagerly for qsdpa::require() in parse_attention "
-    "(csrc/attention_binding.h) and the threads/force_splits checks (templates/module.cpp.j2), plus pybind11's "
-    "argument vector (17 arguments > its 6 inline slots)"))
-GOMP_ONE_THREAD = pytest.mark.xfail(strict=True, reason=(
-    "libgomp allocates (memalign, 1568 B) and frees a team for every parallel region of 1 thread; "
-    "it caches only teams of more than one thread"))
-
-
-def _threads_params(one_thread_marks=()) -> List[object]:
-    return [pytest.param(t, id=f"{t}thr", marks=list(one_thread_marks) if t == 1 else []) for t in THREADS]
+def _threads_params() -> List[object]:
+    return [pytest.param(t, id=f"{t}thr") for t in THREADS]
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +96,7 @@ def test_decode_does_not_grow_the_arena(report: Dict, threads: int) -> None:
     assert run["arena_growths_delta"] == 0
 
 
-@pytest.mark.parametrize("threads", [pytest.param(t, id=f"{t}thr", marks=[QSDPA_ALLOCATES]) for t in THREADS])
+@pytest.mark.parametrize("threads", _threads_params())
 def test_decode_no_allocations_in_qsdpa(report: Dict, threads: int) -> None:
     run = _run(report, threads)
     assert run["attributed"]["qsdpa"] == 0 and run["immediate"]["qsdpa"] == 0, (
@@ -115,7 +104,7 @@ def test_decode_no_allocations_in_qsdpa(report: Dict, threads: int) -> None:
         f"({report['variant']}, {threads} thread(s)):\n{_sites(run, 'qsdpa')}")
 
 
-@pytest.mark.parametrize("threads", _threads_params([GOMP_ONE_THREAD]))
+@pytest.mark.parametrize("threads", _threads_params())
 def test_decode_no_allocations_in_libgomp(report: Dict, threads: int) -> None:
     run = _run(report, threads)
     assert run["attributed"]["libgomp"] == 0 and run["immediate"]["libgomp"] == 0, (

@@ -35,9 +35,9 @@ qsdpa::QMatrix qmatrix(const Matrix<int8_t>& data, const Vector<float>& scale, c
 }
 
 void check_output(const Matrix<float>& c, size_t m, size_t n, std::initializer_list<std::pair<const void*, size_t>> inputs) {
-  qsdpa::require(c.rows == m && c.cols == n, "c must have shape " + qsdpa::dims(m, n) + ", got " + qsdpa::dims(c.rows, c.cols));
+  QSDPA_REQUIRE(c.rows == m && c.cols == n, "c must have shape " + qsdpa::dims(m, n) + ", got " + qsdpa::dims(c.rows, c.cols));
   for (const auto& in : inputs)
-    qsdpa::require(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
+    QSDPA_REQUIRE(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
 }
 
 // The process-wide scratch arena, owned by the scalar module (see csrc/scratch_arena.h).
@@ -150,8 +150,8 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
   mod.def("dequant_gemm", [](py::handle a_, py::handle b_, py::handle bs_, py::handle bz_, py::handle c_, double beta) {
     auto a = qsdpa::matrix<float>(a_, "a", false);
     auto b = qsdpa::matrix<int8_t>(b_, "b", false);
-    qsdpa::require(beta == 0.0 || beta == 1.0, "beta must be 0 or 1");
-    qsdpa::require(b.rows == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " rows, got " + std::to_string(b.rows));
+    QSDPA_REQUIRE(beta == 0.0 || beta == 1.0, "beta must be 0 or 1");
+    QSDPA_REQUIRE(b.rows == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " rows, got " + std::to_string(b.rows));
     auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
     auto bz = qsdpa::vector<int8_t>(bz_, "b_zero_points", b.rows);
     auto c = qsdpa::matrix<float>(c_, "c", true);
@@ -174,8 +174,8 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
                         py::handle c_, double alpha) {
     auto a = qsdpa::matrix<int8_t>(a_, "a", false);
     auto b = qsdpa::matrix<int8_t>(b_, "b", false);
-    qsdpa::require(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
-    qsdpa::require(a.cols <= qsdpa::kMaxDotK, "k = a.shape[1] must be at most " + std::to_string(qsdpa::kMaxDotK) + " (int32 exactness)");
+    QSDPA_REQUIRE(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
+    QSDPA_REQUIRE(a.cols <= qsdpa::kMaxDotK, "k = a.shape[1] must be at most " + std::to_string(qsdpa::kMaxDotK) + " (int32 exactness)");
     auto as = qsdpa::vector<float>(as_, "a_scales", a.rows);
     auto az = qsdpa::vector<int8_t>(az_, "a_zero_points", a.rows);
     auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
@@ -197,7 +197,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
   mod.def("qk_gemm_f32a", [](py::handle a_, py::handle b_, py::handle bs_, py::handle bz_, py::handle c_, double alpha) {
     auto a = qsdpa::matrix<float>(a_, "a", false);
     auto b = qsdpa::matrix<int8_t>(b_, "b", false);
-    qsdpa::require(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
+    QSDPA_REQUIRE(b.cols == a.cols, "b must have a.shape[1] = " + std::to_string(a.cols) + " columns, got " + std::to_string(b.cols));
     auto bs = qsdpa::vector<float>(bs_, "b_scales", b.rows);
     auto bz = qsdpa::vector<int8_t>(bz_, "b_zero_points", b.rows);
     auto c = qsdpa::matrix<float>(c_, "c", true);
@@ -211,15 +211,24 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
   }, py::arg("a"), py::arg("b"), py::arg("b_scales"), py::arg("b_zero_points"), py::arg("c"), py::arg("alpha") = 1.0,
   "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A.\n\na: float32 [m, k]; b: int8 [n, k]; b_scales: float32 [n]; b_zero_points: int8 [n];\n"
   "c: float32 [m, n], written in place. Returns c.");
-  mod.def("quantized_sdpa", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key, py::handle k_scales,
-                               py::handle k_zp, py::handle value, py::handle v_scales, py::handle v_zp, py::handle mask,
-                               long long start_pos, bool is_causal, double scale, bool seq_dim2, py::handle out,
-                               int threads, int force_splits) {
-    qsdpa::require(threads >= 1, "threads must be >= 1");
-    qsdpa::require(force_splits >= 0, "force_splits must be >= 0");
+  // Positional only, through py::args: pybind11 keeps up to 6 parameters' handles inline and
+  // heap-allocates beyond that, on every call; one tuple argument keeps the decode path allocation-free.
+  mod.def("quantized_sdpa", [](const py::args& a) {
+    if (a.size() != 16 && a.size() != 17)
+      throw py::type_error("quantized_sdpa takes 16 or 17 positional arguments (query, q_scales, q_zero_points, key, "
+                           "k_scales, k_zero_points, value, v_scales, v_zero_points, attn_mask, start_pos, is_causal, "
+                           "scale, is_seq_at_dim_2, out, threads[, force_splits])");
+    const py::handle q = a[0], q_scales = a[1], q_zp = a[2], key = a[3], k_scales = a[4], k_zp = a[5], value = a[6],
+                     v_scales = a[7], v_zp = a[8], mask = a[9], out = a[14];
+    const long long start_pos = a[10].cast<long long>();
+    const bool is_causal = a[11].cast<bool>(), seq_dim2 = a[13].cast<bool>();
+    const double scale = a[12].cast<double>();
+    const int threads = a[15].cast<int>(), force_splits = a.size() == 17 ? a[16].cast<int>() : 0;
+    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
+    QSDPA_REQUIRE(force_splits >= 0, "force_splits must be >= 0");
     const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
                                                                  v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
-    if (parsed.empty) return out;
+    if (parsed.empty) return py::reinterpret_borrow<py::object>(out);
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
                                                             static_cast<size_t>(force_splits));
@@ -233,19 +242,18 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
       if (got_memory) qsdpa_flash_attention_s8__avx2(A, plan, layout, lease.data());
     }
     if (!got_memory) throw std::bad_alloc();
-    return out;
-  }, py::arg("query"), py::arg("q_scales"), py::arg("q_zero_points"), py::arg("key"), py::arg("k_scales"),
-  py::arg("k_zero_points"), py::arg("value"), py::arg("v_scales"), py::arg("v_zero_points"), py::arg("attn_mask"),
-  py::arg("start_pos"), py::arg("is_causal"), py::arg("scale"), py::arg("is_seq_at_dim_2"), py::arg("out"),
-  py::arg("threads"), py::arg("force_splits") = 0,
-  "softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q.\n\nLow-level entry: all arrays C-contiguous, scale already resolved, out preallocated. "
+    return py::reinterpret_borrow<py::object>(out);
+  },
+  "quantized_sdpa(query, q_scales, q_zero_points, key, k_scales, k_zero_points, value, v_scales, v_zero_points, "
+  "attn_mask, start_pos, is_causal, scale, is_seq_at_dim_2, out, threads, force_splits=0)\n\nsoftmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q.\n\n"
+  "Low-level entry, positional arguments only: all arrays C-contiguous, scale already resolved, out preallocated. "
   "Use qsdpa.quantized_sdpa, which checks and prepares the arguments.");
 
   mod.def("attention_plan", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key, py::handle k_scales,
                                py::handle k_zp, py::handle value, py::handle v_scales, py::handle v_zp, py::handle mask,
                                long long start_pos, bool is_causal, double scale, bool seq_dim2, py::handle out,
                                int threads, int force_splits) {
-    qsdpa::require(threads >= 1, "threads must be >= 1");
+    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
     const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
                                                                  v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
     const qsdpa::AttentionArgs& A = parsed.args;

@@ -516,6 +516,12 @@ void qsdpa_flash_attention_s8__avx512_vnni(const qsdpa::AttentionArgs& args, con
   using namespace qsdpa::avx512_vnni;
   unsigned char* partials = scratch + layout.partials_off;
   const int threads = static_cast<int>(plan.threads);
+  if (threads == 1) {  // no parallel region: libgomp allocates a team for every 1-thread region
+    for (size_t item = 0; item < plan.items; ++item) run_item(args, plan, layout, scratch, partials, item);
+    for (size_t g = 0; plan.kv_splits > 1 && g < plan.items / plan.kv_splits; ++g)
+      merge_item(args, plan, layout, partials, g);
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
     unsigned char* slice = scratch + layout.slice_bytes * static_cast<size_t>(omp_get_thread_num());
