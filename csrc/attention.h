@@ -71,6 +71,7 @@ struct ScratchLayout {
   size_t dots_off, dots_bytes;      // int8 query: exact int32 dot products, M x kv_block
   size_t s_off, s_bytes;            // scores / probabilities / weights, M x kv_block fp32
   size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32)
+  size_t vcopy_off, vcopy_bytes;    // the block's V rows of one head, packed: kv_block x D int8
   size_t max_off, max_bytes;        // running row max, M fp32
   size_t sum_off, sum_bytes;        // running row sum, M fp32
   size_t terms_off, terms_bytes;    // per row: accumulator rescale and V zero-point term, 2 x M fp32
@@ -105,6 +106,7 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
   place(i8q * rows * kv_block * sizeof(int32_t), L.dots_off, L.dots_bytes);
   place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
   place(4 * kv_block * sizeof(float), L.params_off, L.params_bytes);
+  place(kv_block * head_dim, L.vcopy_off, L.vcopy_bytes);
   place(rows * sizeof(float), L.max_off, L.max_bytes);
   place(rows * sizeof(float), L.sum_off, L.sum_bytes);
   place(2 * rows * sizeof(float), L.terms_off, L.terms_bytes);

@@ -247,6 +247,7 @@ inline py::dict layout_dict(const ScratchLayout& L) {
   part("dots", L.dots_off, L.dots_bytes);
   part("scores", L.s_off, L.s_bytes);
   part("block_params", L.params_off, L.params_bytes);
+  part("value_rows", L.vcopy_off, L.vcopy_bytes);
   part("row_max", L.max_off, L.max_bytes);
   part("row_sum", L.sum_off, L.sum_bytes);
   part("row_terms", L.terms_off, L.terms_bytes);

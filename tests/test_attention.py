@@ -237,7 +237,7 @@ def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials
     qbytes = rows * head_dim * 4 if float_query else rows * -(-head_dim // 64) * 64 * 2
     i8 = 0 if float_query else 1
     expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 4 * rows,
-                "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block,
+                "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block, "value_rows": kv_block * head_dim,
                 "row_max": 4 * rows, "row_sum": 4 * rows, "row_terms": 8 * rows, "accumulator": 4 * rows * head_dim}
     parts = sorted(L["slice"].items(), key=lambda kv: kv[1][0])
     end = 0

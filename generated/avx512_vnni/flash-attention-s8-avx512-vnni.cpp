@@ -125,14 +125,17 @@ inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t*
 
 template <int TRt>
 inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                    int32_t* dots, size_t ldd, const int8_t* next, size_t next_nb) {
+                    int32_t* dots, size_t ldd, const int8_t* pf, size_t pf_ld, size_t pf_n) {
   constexpr size_t kKeys = 4;
   size_t j = 0;
   for (; j + kKeys <= nb; j += kKeys) {
-    for (size_t t = 0; t < kKeys && j + t < next_nb; ++t) prefetch_row(next + (j + t) * ldk, head_dim);
+    for (size_t t = 0; t < kKeys && j + t < pf_n; ++t) prefetch_row(pf + (j + t) * pf_ld, head_dim);
+    // Key rows 8 tiles ahead into L1 (strided rows are beyond the L1 prefetchers).
+    for (size_t t = 0; t < kKeys && j + 8 * kKeys + t < nb; ++t)
+      for (size_t o = 0; o < head_dim; o += 64) __builtin_prefetch(k + (j + 8 * kKeys + t) * ldk + o, 0, 3);
     qk_tile<TRt, kKeys>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
   }
-  for (size_t t = j; t < next_nb; ++t) prefetch_row(next + t * ldk, head_dim);
+  for (size_t t = j; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
   switch (nb - j) {
     case 1: qk_tile<TRt, 1>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
     case 2: qk_tile<TRt, 2>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
@@ -145,13 +148,15 @@ inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, co
 // then acc = acc * rescale + (W.V - z_row), or acc = W.V - z_row on the item's first block.
 template <int TRt, int NVt, bool PARTIAL>
 inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size_t ldv, size_t d0, int last,
-                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first) {
+                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
+                    const int8_t* pf = nullptr, size_t pf_ld = 0, size_t pf_n = 0, size_t pf_bytes = 0) {
   vf t[TRt][NVt];
   for (int r = 0; r < TRt; ++r)
     for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
   const int8_t* vrow = v + d0;
 #pragma GCC unroll 2
   for (size_t k = 0; k < nb; ++k, vrow += ldv) {
+    if (k < pf_n) prefetch_row(pf + k * pf_ld, pf_bytes);  // spread over the key loop, not a burst
     vf bv[NVt];
     for (int i = 0; i < NVt; ++i)
       bv[i] = (PARTIAL && i == NVt - 1) ? vcvt_s8_n(vrow + i * NF, last) : vcvt_s8(vrow + i * NF);
@@ -175,13 +180,18 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size
 
 template <int TRt>
 inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const int8_t* v, size_t ldv,
-                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first, const int8_t* next,
-                    size_t next_nb) {
+                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first, const int8_t* pf,
+                    size_t pf_ld, size_t pf_n) {
   constexpr size_t kCols = 4 * NF;
   size_t d0 = 0;
-  for (size_t t = 0; t < next_nb; ++t) prefetch_row(next + t * ldv, head_dim);
-  for (; d0 + kCols <= head_dim; d0 += kCols)
-    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+  if (head_dim < kCols) {
+    for (size_t t = 0; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
+    pf_n = 0;
+  }
+  for (; d0 + kCols <= head_dim; d0 += kCols, pf_n = 0)
+    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf, pf_ld,
+                                       pf_n < nb ? pf_n : nb, head_dim);
+  for (size_t t = nb; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
@@ -239,6 +249,7 @@ struct Slice {
   float* rescale;   // per item row: the block's accumulator rescale ...
   float* zterm;     // ... and V zero-point term
   float* acc;       // item rows x D
+  int8_t* vcopy;    // the block's V rows of one head, packed (strided caches)
   int32_t* kzp;     // the block's per-key qparams
   float* ksc;
   float* vsc;
@@ -258,6 +269,7 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   x.rescale = reinterpret_cast<float*>(slice + L.terms_off);
   x.zterm = x.rescale + rows;
   x.acc = reinterpret_cast<float*>(slice + L.acc_off);
+  x.vcopy = reinterpret_cast<int8_t*>(slice + L.vcopy_off);
   x.kzp = reinterpret_cast<int32_t*>(slice + L.params_off);
   x.ksc = reinterpret_cast<float*>(x.kzp + P.kv_block);
   x.vsc = x.ksc + P.kv_block;
@@ -270,15 +282,17 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
 }
 
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
-// online softmax, acc = acc * rescale + W.V - z. next_nb keys after the block are prefetched.
+// online softmax, acc = acc * rescale + W.V - z.
+// Prefetch into L2, one phase ahead: this block's V rows during Q.K^T, and during P.V the K rows
+// the next call reads (k_after: k_after_n rows, the next head's or the next block's). A whole
+// block ahead would not fit: all heads of a block are 2 x kv_block x H x D bytes.
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
-                  size_t row0, size_t Mh, size_t n0, size_t nb, size_t next_nb, bool first) {
+                  size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const int8_t* k_after,
+                  size_t k_after_n) {
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
   const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h, vqp = it.b * A.v_qp.b + kvh * A.v_qp.h;
   const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
   const int8_t* vblk = A.v + it.b * A.vst.b + kvh * A.vst.h + n0 * A.vst.s;
-  const int8_t* knext = kblk + P.kv_block * A.kst.s;
-  const int8_t* vnext = vblk + P.kv_block * A.vst.s;
   float* S = x.S;
   int32_t* dots = x.dots;
   const int16_t* q16 = x.q16 + row0 * ldq;
@@ -287,12 +301,8 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   float* rescale = x.rescale + row0;
   float* zterm = x.zterm + row0;
   float* acc = x.acc + row0 * D;
-  if (first) {
-    for (size_t j = 0; j < nb; ++j) {
-      prefetch_row(kblk + j * A.kst.s, D);
-      prefetch_row(vblk + j * A.vst.s, D);
-    }
-  }
+  if (fetch_k)  // the item's first block: nothing fetched it yet
+    for (size_t j = 0; j < nb; ++j) prefetch_row(kblk + j * A.kst.s, D);
   for (size_t j = 0; j < nb; ++j) {  // gather the block's per-token qparams (strided in the cache)
     const size_t kq = kqp + (n0 + j) * A.k_qp.s, vq = vqp + (n0 + j) * A.v_qp.s;
     x.kzp[j] = A.k_zp[kq];
@@ -305,15 +315,15 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   if (A.q8) {
     size_t r0 = 0;
     for (; r0 + 4 <= Mh; r0 += 4)
-      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                             r0 == 0 ? next_nb : 0);
+      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
+                             r0 == 0 ? nb : 0);
     switch (Mh - r0) {
-      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                     r0 == 0 ? next_nb : 0); break;
-      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                     r0 == 0 ? next_nb : 0); break;
-      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, knext,
-                                     r0 == 0 ? next_nb : 0); break;
+      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
+                                     r0 == 0 ? nb : 0); break;
+      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
+                                     r0 == 0 ? nb : 0); break;
+      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
+                                     r0 == 0 ? nb : 0); break;
       default: break;
     }
     // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
@@ -368,18 +378,33 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     zterm[row] = z;
   }
 
-  // acc = acc * rescale + W.V - z
+  // acc = acc * rescale + W.V - z. Strided V rows (H*D bytes apart) are packed first: the column
+  // tiles pass over the block's rows D / (PV_VECS * NF) times, and rows that far apart share a
+  // handful of L1 sets, so unpacked they would come from L2 on every pass.
+  const int8_t* vsrc = vblk;
+  size_t ldv = A.vst.s;
+  if (ldv != D && Mh > 0) {
+    for (size_t j = 0; j < nb; ++j) {  // fixed-size 32-byte copies: no libc call per row
+      const int8_t* src = vblk + j * A.vst.s;
+      int8_t* dst = x.vcopy + j * D;
+      size_t o = 0;
+      for (; o + 32 <= D; o += 32) std::memcpy(dst + o, src + o, 32);
+      if (o < D) std::memcpy(dst + o, src + o, D - o);
+    }
+    vsrc = x.vcopy;
+    ldv = D;
+  }
   size_t r0 = 0;
   for (; r0 + 4 <= Mh; r0 += 4)
-    pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                           vnext, r0 == 0 ? next_nb : 0);
+    pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
+                           k_after, A.kst.s, r0 == 0 ? k_after_n : 0);
   switch (Mh - r0) {
-    case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, vnext, r0 == 0 ? next_nb : 0); break;
-    case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, vnext, r0 == 0 ? next_nb : 0); break;
-    case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vblk, A.vst.s, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, vnext, r0 == 0 ? next_nb : 0); break;
+    case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
+    case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
+    case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
     default: break;
   }
 }
@@ -433,8 +458,14 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
     const size_t nb = k_end - n0 < P.kv_block ? k_end - n0 : P.kv_block;
     const size_t after = k_end - n0 - nb;
     const size_t next_nb = after < P.kv_block ? after : P.kv_block;
-    for (size_t g = 0; g < P.heads_per_item; ++g)
-      attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, next_nb, first);
+    for (size_t g = 0; g < P.heads_per_item; ++g) {
+      // K rows read after this head's block: the next head's, or the first head's of the next block.
+      const bool last = g + 1 == P.heads_per_item;
+      const size_t kvh_after = last ? it.kvh0 : it.kvh0 + g + 1;
+      const int8_t* k_after = A.k + it.b * A.kst.b + kvh_after * A.kst.h + (last ? n0 + nb : n0) * A.kst.s;
+      attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, first && g == 0, k_after,
+                   last ? next_nb : nb);
+    }
     first = false;
   }
   if (first) {  // no key in range (an empty KV split): an empty partial
