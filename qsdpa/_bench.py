@@ -353,6 +353,9 @@ def others_cores(before, after) -> Optional[float]:
     return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / wall)
 
 
+SETTLE_S = 0.005  # pause before each implementation's calls (see run_case)
+
+
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
              bandwidth: Optional[float] = None) -> Result:
     """Time every implementation on one case, interleaved round by round.
@@ -384,6 +387,10 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 fn = fns[name]
                 layer = call % x.n_layers
                 call += 1
+                # Let the previous implementation's worker threads (libgomp's, torch's intra-op pool,
+                # ExecuTorch's pthreadpool) finish spinning: on a 2-core machine a spinning peer
+                # thread takes a core from the next implementation's threads.
+                time.sleep(SETTLE_S)
                 w0 = time.perf_counter()
                 if rewarm:
                     fn(layer)
