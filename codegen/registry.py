@@ -62,11 +62,14 @@ _X86_AVX512_VOCAB = dict(
 _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="smull_s16", dot_kb=16,
                    dot_a_bias=0)
 
-# Attention blocking: 256 keys keep a 64-row score block (64 KiB) and its accumulator in L2.
+# Attention blocking: 256 keys keep a 64-row score block (64 KiB) and its accumulator in L2;
+# decode on a [B, S, H, D] cache (all KV heads per item) steps 64 keys, so a block of all heads'
+# K and V (2 x 64 x H x D bytes) and the next one, prefetched meanwhile, fit in L2 together.
 # Register tiles: QK_ROWS x QK_KEYS int32 dot accumulators (rows share each widened key vector),
 # PV_ROWS rows x PV_VECS f32 vectors (rows share each widened value vector).
 def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int) -> Dict[str, int]:
-    return dict(KV_BLOCK=256, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows, PV_VECS=pv_vecs)
+    return dict(KV_BLOCK=256, KV_BLOCK_GROUPED=64, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows,
+                PV_VECS=pv_vecs)
 
 ISAS: Tuple[Isa, ...] = (
     Isa(

@@ -126,7 +126,7 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
 // cache is read front to back. KV splits (flash-decoding) only when there are fewer than 4 items
 // per thread, never more splits than KV blocks. force_splits > 0 overrides (tests use it).
 inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size_t kv_block, size_t max_rows,
-                                    size_t force_splits) {
+                                    size_t force_splits, size_t kv_block_grouped = 0) {
   AttentionPlan P{};
   const size_t rep = A.q_heads / A.kv_heads;
   const bool seq_major = A.kst.h < A.kst.s && A.vst.h < A.vst.s;
@@ -138,9 +138,12 @@ inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size
   P.q_positions = qpos;
   P.rows_per_item = group_rows * qpos;
   P.q_blocks = (A.q_len + qpos - 1) / qpos;
-  P.kv_block = kv_block;
+  // All heads per item: a block of keys is kv_block x H x D bytes of K and as much of V, and the
+  // next one is prefetched whole while this one is computed; both must fit in L2 together.
+  P.kv_block = P.heads_per_item > 1 && kv_block_grouped > 0 ? kv_block_grouped : kv_block;
   P.threads = threads < 1 ? 1 : threads;
   const size_t base = A.batch * (A.kv_heads / P.heads_per_item) * P.q_blocks;
+  kv_block = P.kv_block;
   size_t splits = 1;
   if (force_splits > 0) {
     splits = force_splits;

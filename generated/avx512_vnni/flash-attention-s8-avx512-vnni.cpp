@@ -93,6 +93,35 @@ inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bo
   return c;
 }
 
+// Prefetch of two contiguous byte ranges (K's, then V's) into L2, a few lines per step of a
+// compute loop rather than in a burst.
+struct LinePrefetch {
+  const int8_t* p = nullptr;
+  const int8_t* end = nullptr;
+  const int8_t* p2 = nullptr;
+  const int8_t* end2 = nullptr;
+  size_t per_step = 0;
+  inline bool next() {
+    if (p >= end) {
+      if (p2 >= end2) return false;
+      p = p2;
+      end = end2;
+      p2 = end2;
+    }
+    __builtin_prefetch(p, 0, 2);
+    p += 64;
+    return true;
+  }
+  inline void step() {
+    for (size_t i = 0; i < per_step && next(); ++i) {
+    }
+  }
+  inline void finish() {
+    while (next()) {
+    }
+  }
+};
+
 // Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
 template <int TRt, int TKt>
 inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk, int32_t* dots,
@@ -125,11 +154,13 @@ inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t*
 
 template <int TRt>
 inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                    int32_t* dots, size_t ldd, const int8_t* pf, size_t pf_ld, size_t pf_n) {
+                    int32_t* dots, size_t ldd, const int8_t* pf, size_t pf_ld, size_t pf_n,
+                    LinePrefetch* lines) {
   constexpr size_t kKeys = 4;
   size_t j = 0;
   for (; j + kKeys <= nb; j += kKeys) {
     for (size_t t = 0; t < kKeys && j + t < pf_n; ++t) prefetch_row(pf + (j + t) * pf_ld, head_dim);
+    if (lines) lines->step();
     // Key rows 8 tiles ahead into L1 (strided rows are beyond the L1 prefetchers); the first row
     // tile only (pf_n > 0), later ones find them in L1/L2.
     for (size_t t = 0; pf_n && t < kKeys && j + 8 * kKeys + t < nb; ++t)
@@ -137,6 +168,7 @@ inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, co
     qk_tile<TRt, kKeys>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
   }
   for (size_t t = j; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
+  if (lines) lines->finish();
   switch (nb - j) {
     case 1: qk_tile<TRt, 1>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
     case 2: qk_tile<TRt, 2>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
@@ -289,7 +321,7 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
 // block ahead would not fit: all heads of a block are 2 x kv_block x H x D bytes.
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
                   size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const int8_t* k_after,
-                  size_t k_after_n) {
+                  size_t k_after_n, LinePrefetch* lines) {
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
   const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h, vqp = it.b * A.v_qp.b + kvh * A.v_qp.h;
   const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
@@ -317,14 +349,14 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     size_t r0 = 0;
     for (; r0 + 4 <= Mh; r0 += 4)
       qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                             r0 == 0 ? nb : 0);
+                             r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr);
     switch (Mh - r0) {
       case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 ? nb : 0); break;
+                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
       case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 ? nb : 0); break;
+                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
       case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 ? nb : 0); break;
+                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
       default: break;
     }
     // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
@@ -398,14 +430,14 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   size_t r0 = 0;
   for (; r0 + 4 <= Mh; r0 += 4)
     pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                           k_after, A.kst.s, r0 == 0 ? k_after_n : 0);
+                           k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0);
   switch (Mh - r0) {
     case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
+                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
     case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
+                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
     case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 ? k_after_n : 0); break;
+                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
     default: break;
   }
 }
@@ -459,13 +491,32 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
     const size_t nb = k_end - n0 < P.kv_block ? k_end - n0 : P.kv_block;
     const size_t after = k_end - n0 - nb;
     const size_t next_nb = after < P.kv_block ? after : P.kv_block;
-    for (size_t g = 0; g < P.heads_per_item; ++g) {
-      // K rows read after this head's block: the next head's, or the first head's of the next block.
-      const bool last = g + 1 == P.heads_per_item;
-      const size_t kvh_after = last ? it.kvh0 : it.kvh0 + g + 1;
-      const int8_t* k_after = A.k + it.b * A.kst.b + kvh_after * A.kst.h + (last ? n0 + nb : n0) * A.kst.s;
-      attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, first && g == 0, k_after,
-                   last ? next_nb : nb);
+    const size_t hg = P.heads_per_item;
+    if (hg > 1) {
+      // All heads of a block of keys are one contiguous stretch of K and one of V: the first
+      // block is fetched up front, each next one while this one is computed, a slice per head.
+      const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
+      const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
+      const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
+      if (first) {
+        LinePrefetch now{kb + n0 * kbytes, kb + (n0 + nb) * kbytes, vb + n0 * vbytes, vb + (n0 + nb) * vbytes, 0};
+        now.finish();
+      }
+      const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
+      const int8_t* kn = kb + (n0 + nb) * kbytes;
+      const int8_t* vn = vb + (n0 + nb) * vbytes;
+      const size_t tiles = (nb + 4 - 1) / 4;
+      for (size_t g = 0; g < hg; ++g) {
+        // This head's share of the next block, K then V, a few lines per Q.K^T tile.
+        const size_t k0 = klen * g / hg, k1 = klen * (g + 1) / hg, v0 = vlen * g / hg, v1 = vlen * (g + 1) / hg;
+        const size_t share = (k1 - k0 + v1 - v0 + 63) / 64;
+        LinePrefetch lines{kn + k0, kn + k1, vn + v0, vn + v1, (share + tiles - 1) / tiles};
+        attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, false, nullptr, 0, &lines);
+      }
+    } else {
+      // K of the next block is fetched during this one's P.V, V during its Q.K^T (attend_block).
+      attend_block(A, P, x, it, it.kvh0, 0, Mh, n0, nb, first, first, A.k + it.b * A.kst.b + it.kvh0 * A.kst.h +
+                   (n0 + nb) * A.kst.s, next_nb, nullptr);
     }
     first = false;
   }

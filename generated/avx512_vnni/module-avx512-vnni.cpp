@@ -142,7 +142,7 @@ PYBIND11_MODULE(_kernels_avx512_vnni, mod) {
     tiles["dequant_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
-    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4);
+    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4);
     d["tiles"] = tiles;
     return d;
   }, "ISA, compiler and the predefined ISA macros this module was built with.");
@@ -231,7 +231,7 @@ PYBIND11_MODULE(_kernels_avx512_vnni, mod) {
     if (parsed.empty) return py::reinterpret_borrow<py::object>(out);
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                                                            static_cast<size_t>(force_splits));
+                                                            static_cast<size_t>(force_splits), 64);
     const qsdpa::ScratchLayout layout = qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
                                                               A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0);
     bool got_memory;
@@ -258,7 +258,7 @@ PYBIND11_MODULE(_kernels_avx512_vnni, mod) {
                                                                  v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                                                            static_cast<size_t>(force_splits));
+                                                            static_cast<size_t>(force_splits), 64);
     py::dict d = qsdpa::plan_dict(plan);
     d["scratch"] = qsdpa::layout_dict(qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
                                                             A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0));
