@@ -101,25 +101,23 @@ struct LinePrefetch {
   const int8_t* p2 = nullptr;
   const int8_t* end2 = nullptr;
   size_t per_step = 0;
-  inline bool next() {
-    if (p >= end) {
-      if (p2 >= end2) return false;
-      p = p2;
-      end = end2;
-      p2 = end2;
-    }
-    __builtin_prefetch(p, 0, 2);
-    p += 64;
-    return true;
-  }
-  inline void step() {
-    for (size_t i = 0; i < per_step && next(); ++i) {
-    }
-  }
-  inline void finish() {
-    while (next()) {
+  inline void run(size_t budget) {
+    while (budget) {
+      if (p >= end) {
+        if (p2 >= end2) return;
+        p = p2;
+        end = end2;
+        p2 = end2;
+      }
+      const size_t left = static_cast<size_t>(end - p + 63) / 64;
+      const size_t n = left < budget ? left : budget;
+      for (size_t i = 0; i < n; ++i) __builtin_prefetch(p + 64 * i, 0, 2);
+      p += 64 * n;
+      budget -= n;
     }
   }
+  inline void step() { run(per_step); }
+  inline void finish() { run(~size_t(0)); }
 };
 
 // Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
@@ -148,8 +146,7 @@ inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t*
   } else {
     for (int i = 0; i < TRt * TKt; ++i) sums[i] = dhsum(acc[i]);
   }
-  for (int r = 0; r < TRt; ++r)
-    for (int j = 0; j < TKt; ++j) dots[r * ldd + j] = sums[r * TKt + j];
+  for (int r = 0; r < TRt; ++r) std::memcpy(dots + r * ldd, sums + r * TKt, sizeof(int32_t) * TKt);
 }
 
 template <int TRt>
@@ -417,12 +414,13 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   const int8_t* vsrc = vblk;
   size_t ldv = A.vst.s;
   if (ldv != D && Mh > 0) {
-    for (size_t j = 0; j < nb; ++j) {  // fixed-size 32-byte copies: no libc call per row
-      const int8_t* src = vblk + j * A.vst.s;
-      int8_t* dst = x.vcopy + j * D;
-      size_t o = 0;
-      for (; o + 32 <= D; o += 32) std::memcpy(dst + o, src + o, 32);
-      if (o < D) std::memcpy(dst + o, src + o, D - o);
+    // Fixed-size copies for the common head dims (inlined vector moves, no libc call per row).
+    if (D == 128) {
+      for (size_t j = 0; j < nb; ++j) std::memcpy(x.vcopy + j * 128, vblk + j * A.vst.s, 128);
+    } else if (D == 64) {
+      for (size_t j = 0; j < nb; ++j) std::memcpy(x.vcopy + j * 64, vblk + j * A.vst.s, 64);
+    } else {
+      for (size_t j = 0; j < nb; ++j) std::memcpy(x.vcopy + j * D, vblk + j * A.vst.s, D);
     }
     vsrc = x.vcopy;
     ldv = D;
