@@ -356,6 +356,14 @@ def others_cores(before, after) -> Optional[float]:
 SETTLE_S = 0.005  # pause before each implementation's calls (see run_case)
 
 
+def _settle(seconds: float) -> None:
+    """Wait while keeping this core busy: a sleep lets a VM's vCPU idle down (clock, caches), which
+    costs a sub-millisecond call far more than a long one and would skew the ratios."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
              bandwidth: Optional[float] = None) -> Result:
     """Time every implementation on one case, interleaved round by round.
@@ -390,7 +398,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 # Let the previous implementation's worker threads (libgomp's, torch's intra-op pool,
                 # ExecuTorch's pthreadpool) finish spinning: on a 2-core machine a spinning peer
                 # thread takes a core from the next implementation's threads.
-                time.sleep(SETTLE_S)
+                _settle(SETTLE_S)
                 w0 = time.perf_counter()
                 if rewarm:
                     fn(layer)
