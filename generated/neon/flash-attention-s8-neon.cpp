@@ -159,8 +159,8 @@ inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, co
     for (size_t t = 0; t < kKeys && j + t < pf_n; ++t) prefetch_row(pf + (j + t) * pf_ld, head_dim);
     if (lines) lines->step();
     // Key rows 8 tiles ahead into L1 (strided rows are beyond the L1 prefetchers); the first row
-    // tile only (pf_n > 0), later ones find them in L1/L2.
-    for (size_t t = 0; pf_n && t < kKeys && j + 8 * kKeys + t < nb; ++t)
+    // tile only (the one given prefetch work), later ones find them in L1/L2.
+    for (size_t t = 0; (pf_n || lines) && t < kKeys && j + 8 * kKeys + t < nb; ++t)
       for (size_t o = 0; o < head_dim; o += 64) __builtin_prefetch(k + (j + 8 * kKeys + t) * ldk + o, 0, 3);
     qk_tile<TRt, kKeys>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
   }
