@@ -313,9 +313,9 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
 
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
 // online softmax, acc = acc * rescale + W.V - z.
-// Prefetch into L2, one phase ahead: this block's V rows during Q.K^T, and during P.V the K rows
-// the next call reads (k_after: k_after_n rows, the next head's or the next block's). A whole
-// block ahead would not fit: all heads of a block are 2 x kv_block x H x D bytes.
+// Prefetch into L2: with `lines` (all heads per item), the slice of the next block it names,
+// spread over the Q.K^T tiles; otherwise one phase ahead: this block's V rows during Q.K^T, and
+// during P.V the next block's K rows (k_after: k_after_n rows).
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
                   size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const int8_t* k_after,
                   size_t k_after_n, LinePrefetch* lines) {
@@ -372,6 +372,10 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
                        A.k_qp.s, nullptr};
     qsdpa_qk_gemm_f32s8__avx512(Mh, nb, D, x.qf + row0 * D, D, kmat, A.scale, S, ld_s);
+    // The prefetch work qk_rows spreads over its tiles for int8 queries, here in one go.
+    if (lines) lines->finish();
+    else
+      for (size_t j = 0; j < nb; ++j) prefetch_row(vblk + j * A.vst.s, D);
   }
 
   // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
