@@ -87,7 +87,7 @@ struct ScratchLayout {
 // every variant's dot step (up to 32 int16) reads whole vectors of them.
 constexpr size_t kQueryPad = 64;
 
-inline size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad - 1) / kQueryPad * kQueryPad; }
+constexpr size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad - 1) / kQueryPad * kQueryPad; }
 
 inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
                                     size_t partial_items) {

@@ -93,37 +93,60 @@ inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bo
   return c;
 }
 
-// Prefetch of two contiguous byte ranges (K's, then V's) into L2, a few lines per step of a
-// compute loop rather than in a burst.
-struct LinePrefetch {
+// Prefetch into L2 spread over a compute loop: when the loop is at key t (< n), the `bytes` at
+// p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
+// into n pieces (ld = bytes).
+// always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
+// only prefetches counts as free of side effects and is deleted (seen with GCC 12).
+struct RowPrefetch {
   const int8_t* p = nullptr;
-  const int8_t* end = nullptr;
-  const int8_t* p2 = nullptr;
-  const int8_t* end2 = nullptr;
-  size_t per_step = 0;
-  inline void run(size_t budget) {
-    while (budget) {
-      if (p >= end) {
-        if (p2 >= end2) return;
-        p = p2;
-        end = end2;
-        p2 = end2;
-      }
-      const size_t left = static_cast<size_t>(end - p + 63) / 64;
-      const size_t n = left < budget ? left : budget;
-      for (size_t i = 0; i < n; ++i) __builtin_prefetch(p + 64 * i, 0, 2);
-      p += 64 * n;
-      budget -= n;
-    }
+  size_t ld = 0, n = 0, bytes = 0;
+  const int8_t* p2 = nullptr;  // a second set of rows, fetched alongside
+  size_t ld2 = 0, n2 = 0, bytes2 = 0;
+  __attribute__((always_inline)) inline void at(size_t t) const {
+    if (t < n) prefetch_row(p + t * ld, bytes);
+    if (t < n2) prefetch_row(p2 + t * ld2, bytes2);
   }
-  inline void step() { run(per_step); }
-  inline void finish() { run(~size_t(0)); }
+  __attribute__((always_inline)) inline void rest(size_t from) const {
+    for (size_t t = from; t < n; ++t) prefetch_row(p + t * ld, bytes);
+    for (size_t t = from; t < n2; ++t) prefetch_row(p2 + t * ld2, bytes2);
+  }
 };
 
+// A row into L1 (the next tiles' keys).
+__attribute__((always_inline)) inline void prefetch_row_l1(const int8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+// Two contiguous stretches of bytes, each cut into whole-line pieces, one piece of each per step of
+// a loop of `steps`.
+inline RowPrefetch spread(const int8_t* p, size_t bytes, const int8_t* p2, size_t bytes2, size_t steps) {
+  RowPrefetch f;
+  if (steps == 0) return f;
+  if (bytes) {
+    const size_t per = ((bytes + steps - 1) / steps + 63) / 64 * 64;
+    f.p = p, f.ld = per, f.n = (bytes + per - 1) / per, f.bytes = per;
+  }
+  if (bytes2) {
+    const size_t per = ((bytes2 + steps - 1) / steps + 63) / 64 * 64;
+    f.p2 = p2, f.ld2 = per, f.n2 = (bytes2 + per - 1) / per, f.bytes2 = per;
+  }
+  return f;
+}
+
 // Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
-template <int TRt, int TKt>
-inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk, int32_t* dots,
+// HD: the head dim when known at compile time (the d loop is then unrolled whole), else 0.
+template <int TRt, int TKt, size_t HD = 0>
+inline void qk_tile(size_t head_dim_arg, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk, int32_t* dots,
                     size_t ldd) {
+  const size_t head_dim = HD ? HD : head_dim_arg;
+  // With a compile-time row stride the query addresses are one base plus constants. The empty asm
+  // hides that the base is the same on every tile: GCC would hoist all TRt x steps addresses out of
+  // the key loop and spill them.
+  if (HD) {
+    ldq = query_row_elems(HD);
+    __asm__("" : "+r"(q));
+  }
   vi acc[TRt * TKt];
   for (int i = 0; i < TRt * TKt; ++i) acc[i] = dzero();
   size_t d = 0;
@@ -149,44 +172,59 @@ inline void qk_tile(size_t head_dim, const int16_t* q, size_t ldq, const int8_t*
   for (int r = 0; r < TRt; ++r) std::memcpy(dots + r * ldd, sums + r * TKt, sizeof(int32_t) * TKt);
 }
 
-template <int TRt>
-inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                    int32_t* dots, size_t ldd, const int8_t* pf, size_t pf_ld, size_t pf_n,
-                    LinePrefetch* lines) {
-  constexpr size_t kKeys = 4;
+// Q.K^T of TRt rows over the block's nb keys, a tile of kKeys keys at a time. The first row tile
+// (pf != nullptr) also does the block's L2 prefetch work, a piece per key, and fetches key rows 8
+// tiles ahead into L1 (strided rows are beyond the L1 prefetchers; later row tiles find them there).
+template <int TRt, size_t HD>
+inline void qk_rows_hd(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
+                       int32_t* dots, size_t ldd, const RowPrefetch* pf) {
+  constexpr size_t kKeys = 4, kAhead = 8 * kKeys;
   size_t j = 0;
-  for (; j + kKeys <= nb; j += kKeys) {
-    for (size_t t = 0; t < kKeys && j + t < pf_n; ++t) prefetch_row(pf + (j + t) * pf_ld, head_dim);
-    if (lines) lines->step();
-    // Key rows 8 tiles ahead into L1 (strided rows are beyond the L1 prefetchers); the first row
-    // tile only (the one given prefetch work), later ones find them in L1/L2.
-    for (size_t t = 0; (pf_n || lines) && t < kKeys && j + 8 * kKeys + t < nb; ++t)
-      for (size_t o = 0; o < head_dim; o += 64) __builtin_prefetch(k + (j + 8 * kKeys + t) * ldk + o, 0, 3);
-    qk_tile<TRt, kKeys>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+  if (pf) {
+    for (; j + kAhead + kKeys <= nb; j += kKeys) {
+      for (size_t t = 0; t < kKeys; ++t) {
+        pf->at(j + t);
+        prefetch_row_l1(k + (j + kAhead + t) * ldk, HD ? HD : head_dim);
+      }
+      qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+    }
   }
-  for (size_t t = j; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
-  if (lines) lines->finish();
+  for (; j + kKeys <= nb; j += kKeys) {
+    if (pf)
+      for (size_t t = 0; t < kKeys; ++t) pf->at(j + t);
+    qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+  }
+  if (pf) pf->rest(j);
   switch (nb - j) {
-    case 1: qk_tile<TRt, 1>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
-    case 2: qk_tile<TRt, 2>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
-    case 3: qk_tile<TRt, 3>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
+    case 1: qk_tile<TRt, 1, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
+    case 2: qk_tile<TRt, 2, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
+    case 3: qk_tile<TRt, 3, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
     default: break;
   }
 }
 
+// The common head dims get a d loop of compile-time length.
+template <int TRt>
+inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
+                    int32_t* dots, size_t ldd, const RowPrefetch* pf) {
+  if (head_dim == 128) qk_rows_hd<TRt, 128>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
+  else if (head_dim == 64) qk_rows_hd<TRt, 64>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
+  else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
+}
+
 // W.V for TRt rows at columns [d0, d0 + NVt*NF) (with PARTIAL the last vector has `last` lanes),
 // then acc = acc * rescale + (W.V - z_row), or acc = W.V - z_row on the item's first block.
-template <int TRt, int NVt, bool PARTIAL>
+template <int TRt, int NVt, bool PARTIAL, bool PF = false>
 inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size_t ldv, size_t d0, int last,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
-                    const int8_t* pf = nullptr, size_t pf_ld = 0, size_t pf_n = 0, size_t pf_bytes = 0) {
+                    const RowPrefetch& pf = RowPrefetch{}) {
   vf t[TRt][NVt];
   for (int r = 0; r < TRt; ++r)
     for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
   const int8_t* vrow = v + d0;
 #pragma GCC unroll 2
   for (size_t k = 0; k < nb; ++k, vrow += ldv) {
-    if (k < pf_n) prefetch_row(pf + k * pf_ld, pf_bytes);  // spread over the key loop, not a burst
+    if (PF) pf.at(k);  // spread over the key loop, not a burst
     vf bv[NVt];
     for (int i = 0; i < NVt; ++i)
       bv[i] = (PARTIAL && i == NVt - 1) ? vcvt_s8_n(vrow + i * NF, last) : vcvt_s8(vrow + i * NF);
@@ -210,18 +248,19 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size
 
 template <int TRt>
 inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const int8_t* v, size_t ldv,
-                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first, const int8_t* pf,
-                    size_t pf_ld, size_t pf_n) {
+                    const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
+                    const RowPrefetch& pf) {
   constexpr size_t kCols = 4 * NF;
   size_t d0 = 0;
   if (head_dim < kCols) {
-    for (size_t t = 0; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
-    pf_n = 0;
+    pf.rest(0);
+  } else if (pf.n || pf.n2) {  // the prefetch work goes with the first column tile's key loop
+    pv_tile<TRt, 4, false, true>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
+    pf.rest(nb);
+    d0 = kCols;
   }
-  for (; d0 + kCols <= head_dim; d0 += kCols, pf_n = 0)
-    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf, pf_ld,
-                                       pf_n < nb ? pf_n : nb, head_dim);
-  for (size_t t = nb; t < pf_n; ++t) prefetch_row(pf + t * pf_ld, head_dim);
+  for (; d0 + kCols <= head_dim; d0 += kCols)
+    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
@@ -311,14 +350,26 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   return x;
 }
 
+// The block's per-token qparams of one head, strided in the cache, into contiguous vectors. A
+// function of its own: inlined, its pointers would compete for registers with the block's.
+__attribute__((noinline)) void gather_params(size_t nb, const int8_t* __restrict kzp_in, const float* __restrict ksc_in,
+                                             size_t kst, const int8_t* __restrict vzp_in,
+                                             const float* __restrict vsc_in, size_t vst, int32_t* __restrict kzp,
+                                             float* __restrict ksc, float* __restrict vsc, float* __restrict vzp) {
+  for (size_t j = 0; j < nb; ++j) {
+    kzp[j] = kzp_in[j * kst];
+    ksc[j] = ksc_in[j * kst];
+    vsc[j] = vsc_in[j * vst];
+    vzp[j] = static_cast<float>(vzp_in[j * vst]);
+  }
+}
+
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
-// online softmax, acc = acc * rescale + W.V - z.
-// Prefetch into L2: with `lines` (all heads per item), the slice of the next block it names,
-// spread over the Q.K^T tiles; otherwise one phase ahead: this block's V rows during Q.K^T, and
-// during P.V the next block's K rows (k_after: k_after_n rows).
+// online softmax, acc = acc * rescale + W.V - z. L2 prefetch work rides on the first row tile of
+// each phase: pf_qk's during Q.K^T, pf_pv's during P.V (run_item says what they fetch).
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
-                  size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const int8_t* k_after,
-                  size_t k_after_n, LinePrefetch* lines) {
+                  size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const RowPrefetch& pf_qk,
+                  const RowPrefetch& pf_pv) {
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
   const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h, vqp = it.b * A.v_qp.b + kvh * A.v_qp.h;
   const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
@@ -333,27 +384,22 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   float* acc = x.acc + row0 * D;
   if (fetch_k)  // the item's first block: nothing fetched it yet
     for (size_t j = 0; j < nb; ++j) prefetch_row(kblk + j * A.kst.s, D);
-  for (size_t j = 0; j < nb; ++j) {  // gather the block's per-token qparams (strided in the cache)
-    const size_t kq = kqp + (n0 + j) * A.k_qp.s, vq = vqp + (n0 + j) * A.v_qp.s;
-    x.kzp[j] = A.k_zp[kq];
-    x.ksc[j] = A.k_scale[kq];
-    x.vsc[j] = A.v_scale[vq];
-    x.vzp[j] = static_cast<float>(A.v_zp[vq]);
-  }
+  gather_params(nb, A.k_zp + kqp + n0 * A.k_qp.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s,
+                A.v_zp + vqp + n0 * A.v_qp.s, A.v_scale + vqp + n0 * A.v_qp.s, A.v_qp.s, x.kzp, x.ksc, x.vsc, x.vzp);
 
   // S = scale * Q.K^T
   if (A.q8) {
     size_t r0 = 0;
     for (; r0 + 4 <= Mh; r0 += 4)
-      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                             r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr);
+      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+                             r0 == 0 ? &pf_qk : nullptr);
     switch (Mh - r0) {
-      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
-      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
-      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s, vblk, A.vst.s,
-                                     r0 == 0 && !lines ? nb : 0, r0 == 0 ? lines : nullptr); break;
+      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+                                     r0 == 0 ? &pf_qk : nullptr); break;
+      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+                                     r0 == 0 ? &pf_qk : nullptr); break;
+      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+                                     r0 == 0 ? &pf_qk : nullptr); break;
       default: break;
     }
     // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
@@ -372,10 +418,7 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
                        A.k_qp.s, nullptr};
     qsdpa_qk_gemm_f32s8__avx512_vnni(Mh, nb, D, x.qf + row0 * D, D, kmat, A.scale, S, ld_s);
-    // The prefetch work qk_rows spreads over its tiles for int8 queries, here in one go.
-    if (lines) lines->finish();
-    else
-      for (size_t j = 0; j < nb; ++j) prefetch_row(vblk + j * A.vst.s, D);
+    pf_qk.rest(0);  // the prefetch work qk_rows spreads over its tiles for int8 queries, in one go
   }
 
   // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
@@ -433,14 +476,14 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   size_t r0 = 0;
   for (; r0 + 4 <= Mh; r0 += 4)
     pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                           k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0);
+                           r0 == 0 ? pf_pv : RowPrefetch{});
   switch (Mh - r0) {
     case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
+                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
     case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
+                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
     case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, k_after, A.kst.s, r0 == 0 && !lines ? k_after_n : 0); break;
+                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
     default: break;
   }
 }
@@ -502,24 +545,25 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
       if (first) {
-        LinePrefetch now{kb + n0 * kbytes, kb + (n0 + nb) * kbytes, vb + n0 * vbytes, vb + (n0 + nb) * vbytes, 0};
-        now.finish();
+        prefetch_row(kb + n0 * kbytes, nb * kbytes);
+        prefetch_row(vb + n0 * vbytes, nb * vbytes);
       }
       const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
       const int8_t* kn = kb + (n0 + nb) * kbytes;
       const int8_t* vn = vb + (n0 + nb) * vbytes;
-      const size_t tiles = (nb + 4 - 1) / 4;
       for (size_t g = 0; g < hg; ++g) {
-        // This head's share of the next block, K then V, a few lines per Q.K^T tile.
+        // This head's share of the next block's K and V, a piece of each per key during Q.K^T
+        // (its loop is unrolled by whole tiles; P.V's first column tile, with this work, was not).
         const size_t k0 = klen * g / hg, k1 = klen * (g + 1) / hg, v0 = vlen * g / hg, v1 = vlen * (g + 1) / hg;
-        const size_t share = (k1 - k0 + v1 - v0 + 63) / 64;
-        LinePrefetch lines{kn + k0, kn + k1, vn + v0, vn + v1, (share + tiles - 1) / tiles};
-        attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, false, nullptr, 0, &lines);
+        attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, false,
+                     spread(kn + k0, k1 - k0, vn + v0, v1 - v0, nb), RowPrefetch{});
       }
     } else {
-      // K of the next block is fetched during this one's P.V, V during its Q.K^T (attend_block).
-      attend_block(A, P, x, it, it.kvh0, 0, Mh, n0, nb, first, first, A.k + it.b * A.kst.b + it.kvh0 * A.kst.h +
-                   (n0 + nb) * A.kst.s, next_nb, nullptr);
+      // One phase ahead: this block's V rows during its Q.K^T, the next block's K rows during P.V.
+      const size_t h = it.kvh0;
+      attend_block(A, P, x, it, h, 0, Mh, n0, nb, first, first,
+                   RowPrefetch{A.v + it.b * A.vst.b + h * A.vst.h + n0 * A.vst.s, A.vst.s, nb, A.head_dim},
+                   RowPrefetch{A.k + it.b * A.kst.b + h * A.kst.h + (n0 + nb) * A.kst.s, A.kst.s, next_nb, A.head_dim});
     }
     first = false;
   }
