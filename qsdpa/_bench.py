@@ -155,6 +155,34 @@ def stream_read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 
     return statistics.median(rates)
 
 
+def fma_rate(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
+    """Median vector FMAs per second summed over `threads` Python threads, each running the dispatched
+    variant's FMA probe (8 independent chains, GIL released) for about `seconds`. rate(N) / rate(1)
+    is the compute the machine's CPUs really add: vCPUs that are hyperthreads of one core, or a
+    host that is busy, give less than N."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    probe = _dispatch.load_variant(_dispatch.get_isa())._fma_probe
+    steps = 1 << 16
+    while True:  # calibrate on one thread
+        t0 = time.perf_counter()
+        probe(steps)
+        if time.perf_counter() - t0 >= seconds / 4 or steps >= 1 << 34:
+            break
+        steps *= 2
+    t0 = time.perf_counter()
+    probe(steps)
+    steps = max(1, int(steps * seconds / max(time.perf_counter() - t0, 1e-9)))
+    rates = []
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(probe, [steps] * threads))
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(probe, [steps] * threads))
+            rates.append(8 * steps * threads / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 class _Inputs:
     """One case's tensors: int8 caches ExecuTorch-style [B, S, H, D] and the fp32 copies peers use.
 
@@ -500,8 +528,9 @@ def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], m
     return _judge(t, res.median_us[best] / ours, res.median_us[best] / ours >= minimum)
 
 
-def evaluate_targets(results: Sequence[Result], all_threads: int) -> List[TargetResult]:
-    """The issue-4 targets judged on `results`; `all_threads` is the "all cores" thread count."""
+def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: str = "") -> List[TargetResult]:
+    """The issue-4 targets judged on `results`; `all_threads` is the "all cores" thread count.
+    `compute_note` goes with the thread-scaling targets (what the machine's FMA probe scaled)."""
     out: List[TargetResult] = []
     tlist = sorted({1, all_threads})
     for ctx in (2048, 8192):
@@ -537,6 +566,7 @@ def evaluate_targets(results: Sequence[Result], all_threads: int) -> List[Target
         else:
             ratio = r1.median_us["qsdpa"] / rn.median_us["qsdpa"]
             _judge(tr, ratio, ratio >= 1.7)
+            tr.note = compute_note
         out.append(tr)
     return out
 
@@ -633,7 +663,8 @@ def physical_cores() -> Optional[int]:
     return len(cores) or None
 
 
-def machine_info(threads: Sequence[int], bandwidth: Dict[int, float], llc: int) -> Dict[str, object]:
+def machine_info(threads: Sequence[int], bandwidth: Dict[int, float], llc: int,
+                 fma: Optional[Dict[int, float]] = None) -> Dict[str, object]:
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -641,7 +672,30 @@ def machine_info(threads: Sequence[int], bandwidth: Dict[int, float], llc: int) 
     return {"cpu": cpu_model(), "physical_cores": physical_cores(), "logical_cpus": os.cpu_count(),
             "usable_cpus": usable, "llc_bytes": llc, "machine": platform.machine(),
             "bandwidth_bytes_per_s": {int(t): bw for t, bw in bandwidth.items()},
+            "vector_fma_per_s": {int(t): r for t, r in (fma or {}).items()},
             "python": platform.python_version(), "numpy": np.__version__}
+
+
+def fma_summary(start: Dict, end: Optional[Dict] = None) -> str:
+    """'1 thread 6.0 G/s, 2 threads 11.8 G/s (x1.97)' for the FMA probe at the start (and end) of a run."""
+    def one(rates: Dict) -> str:
+        items = sorted((int(t), r) for t, r in rates.items())
+        text = ", ".join(f"{t} thread{'s' if t > 1 else ''} {r / 1e9:.1f} G/s" for t, r in items)
+        if len(items) > 1 and items[0][0] == 1:
+            text += f" (×{items[-1][1] / items[0][1]:.2f} at {items[-1][0]} threads)"
+        return text
+    text = "vector FMAs/s of the variant's FMA probe (8 chains per thread): " + one(start) + " at the start"
+    if end:
+        text += "; " + one(end) + " at the end"
+    return text
+
+
+def fma_scaling_note(start: Dict, end: Dict, threads: int) -> str:
+    """'machine: FMA probe x1.97 / x1.41 (start / end of run)' for the thread-scaling targets."""
+    ratios = [r[threads] / r[1] for r in (start, end) if r and 1 in r and threads in r and threads > 1]
+    if not ratios:
+        return ""
+    return "machine: FMA probe " + " / ".join(f"×{x:.2f}" for x in ratios) + " (start / end of run)"
 
 
 def _ratio_cell(res: Result, name: str) -> str:
@@ -666,6 +720,7 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         f"- **Machine:** {m['cpu']}; {m['physical_cores'] or '?'} cores, {m['logical_cpus']} logical CPUs "
         f"({m['usable_cpus']} usable); LLC {m['llc_bytes'] >> 20} MiB; streaming-read bandwidth {bw}; "
         f"load average {meta['load_start']} at start, {meta['load_end']} at end",
+        *([f"- **Compute:** {fma_summary(m['vector_fma_per_s'], meta.get('fma_end'))}"] if m.get("vector_fma_per_s") else []),
         f"- **qsdpa:** {meta['qsdpa_version']}, variant `{meta['isa']}`",
         "- **Peers:** " + ", ".join(f"{k} {v}" for k, v in meta["peer_versions"].items())
         + (f"; ExecuTorch thread pool: {meta['et_threads']}" if meta.get("et_threads") else ""),
@@ -871,7 +926,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     peers = _Peers()
     llc = last_level_cache_bytes()
     bandwidth = {t: stream_read_bandwidth(t) for t in threads}
-    meta["machine"] = machine_info(threads, bandwidth, llc)
+    fma = {t: fma_rate(t) for t in threads}
+    meta["machine"] = machine_info(threads, bandwidth, llc, fma)
     meta["peer_versions"] = peers.versions()
     if peers.llama is not None:
         meta["et_threads"] = ("set per case with _unsafe_reset_threadpool" if peers.et_threads
@@ -882,6 +938,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("  streaming-read bandwidth (numpy sums, median): "
           + ", ".join(f"{t} thread(s) {bw / 1e9:.1f} GB/s" for t, bw in bandwidth.items()))
     print("  floor (decode) = (int8 K/V bytes + qparams read) / bandwidth; 'Nx floor' = qsdpa's time / floor")
+    print("  compute: " + fma_summary(fma))
     print("  peers: " + ", ".join(f"{k} {v}" for k, v in meta["peer_versions"].items()))
     for name, why in peers.missing.items():
         print(f"  peer {name}: MISSING — {why}")
@@ -898,13 +955,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s{_busy_note(res)}]", flush=True)
     set_num_threads(all_threads)
     meta["load_end"] = _load()
+    meta["fma_end"] = {t: fma_rate(t) for t in threads}
+    print("  compute at the end: " + fma_summary(meta["fma_end"]))
     scaling = thread_scaling(results, all_threads)
     if scaling:
         print(f"thread scaling: time(t=1) / time(t={all_threads}) [CPU/wall at t={all_threads}]")
         for label, row in scaling:
             print(f"  {label}: " + "  ".join(
                 f"{n} {v:.2f}" + (f" [{p:.1f}]" if p is not None else "") for n, (v, p) in row.items()))
-    targets = evaluate_targets(results, all_threads)
+    targets = evaluate_targets(results, all_threads, fma_scaling_note(fma, meta["fma_end"], all_threads))
     if all(t.status == NOT_MEASURED for t in targets):
         print(f"targets (issue 4): none measured in this run ({TARGET_MODEL} B=1 cases; run --targets)")
     else:

@@ -166,8 +166,29 @@ def test_targets_not_measured_cases():
 def _meta():
     return {"date": "2030-01-01 00:00 UTC", "command": "python -m qsdpa bench --targets", "env": "",
             "isa": "avx2", "qsdpa_version": "0.0.test", "load_start": "0.1 0.1 0.1", "load_end": "0.2 0.1 0.1",
-            "machine": _bench.machine_info([1, 2], {1: 10e9, 2: 12e9}, 32 << 20),
+            "machine": _bench.machine_info([1, 2], {1: 10e9, 2: 12e9}, 32 << 20, {1: 6e9, 2: 11.4e9}),
+            "fma_end": {1: 6e9, 2: 8.4e9},
             "peer_versions": {"torch": "2.13.0", "executorch": "missing (not installed)"}}
+
+
+def test_fma_probe_rate_and_reports():
+    one = _bench.fma_rate(1, seconds=0.01, repeats=2)
+    assert one > 1e7  # vector FMAs per second: far more than any interpreter loop could reach
+    text = _bench.fma_summary({1: 6e9, 2: 11.4e9}, {1: 6e9, 2: 8.4e9})
+    assert "1 thread 6.0 G/s, 2 threads 11.4 G/s (×1.90 at 2 threads) at the start" in text
+    assert "(×1.40 at 2 threads) at the end" in text
+    assert _bench.fma_scaling_note({1: 6e9, 2: 11.4e9}, {1: 6e9, 2: 8.4e9}, 2) == \
+        "machine: FMA probe ×1.90 / ×1.40 (start / end of run)"
+    assert _bench.fma_scaling_note({1: 6e9}, {}, 1) == ""
+    rs = _full_run()
+    scaling = [t for t in _bench.evaluate_targets(rs, T, "machine: FMA probe ×1.90") if "time(t=1)" in t.target]
+    assert scaling and all(t.note == "machine: FMA probe ×1.90" for t in scaling)
+
+
+def test_fma_probe_every_variant(kmod):
+    # 8 chains x 1000 steps of a = a * 0.999999 + 1e-7 from a ~ 1: finite, just below the start
+    lanes_sum = kmod._fma_probe(1000)
+    assert 0 < lanes_sum < 8 * 64 * 1.01
 
 
 def test_markdown_has_header_table_and_targets():
@@ -177,7 +198,7 @@ def test_markdown_has_header_table_and_targets():
     text = _bench.markdown_report(_meta(), rs, targets, _bench.thread_scaling(rs, T))
     for needle in ("2030-01-01", "`python -m qsdpa bench --targets`", "LLC 32 MiB", "1 thread 10.0 GB/s",
                    "2 threads 12.0 GB/s", "variant `avx2`", "torch 2.13.0", "executorch missing (not installed)",
-                   "## Targets", "## Thread scaling", "**PASS**", "≥ 5"):
+                   "## Targets", "## Thread scaling", "**PASS**", "≥ 5", "**Compute:**", "(×1.40 at 2 threads) at the end"):
         assert needle in text, needle
     assert _bench.machine_info([1], {}, 1)["cpu"] in text
     lines = text.splitlines()

@@ -277,5 +277,24 @@ PYBIND11_MODULE(_kernels_neon, mod) {
     }
     return x_;
   }, py::arg("x"));
+  // Machine probe for the benchmark: `steps` rounds of 8 independent vector FMA chains (this
+  // variant's widest), GIL released so that Python threads run it side by side. Timed on 1 and on
+  // N threads it tells how much compute the CPUs really add (vCPUs may share a physical core).
+  mod.def("_fma_probe", [](size_t steps) {
+    using namespace qsdpa::neon;
+    // Eight named chains: an array of them ends up stored back to the stack on every step.
+    vf a0 = vset1(1.0f), a1 = vset1(1.001f), a2 = vset1(1.002f), a3 = vset1(1.003f), a4 = vset1(1.004f),
+       a5 = vset1(1.005f), a6 = vset1(1.006f), a7 = vset1(1.007f);
+    const vf m = vset1(0.999999f), c = vset1(1e-7f);
+    {
+      py::gil_scoped_release nogil;
+      for (size_t s = 0; s < steps; ++s) {
+        a0 = vfma(a0, m, c), a1 = vfma(a1, m, c), a2 = vfma(a2, m, c), a3 = vfma(a3, m, c);
+        a4 = vfma(a4, m, c), a5 = vfma(a5, m, c), a6 = vfma(a6, m, c), a7 = vfma(a7, m, c);
+      }
+    }
+    // The result, so the chains are not optimised away.
+    return vhsum(vadd(vadd(vadd(a0, a1), vadd(a2, a3)), vadd(vadd(a4, a5), vadd(a6, a7))));
+  }, py::arg("steps"));
   attach_arena(mod);
 }
