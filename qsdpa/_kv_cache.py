@@ -144,8 +144,6 @@ class QuantizedKVCache:
         want = self._shape(-1, self._head_dim)
         if a.ndim != 4 or a.shape[0] != want[0] or a.shape[3] != want[3] or self._heads_of(a.shape) != self._n_kv_heads:
             raise ValueError(f"{name} must have shape {self._describe(want)} ({self._layout}), got {tuple(a.shape)}")
-        if not np.isfinite(a).all():
-            raise ValueError(f"{name} must be finite (NaN or Inf has no int8 quantization)")
         return a
 
     def _describe(self, shape: Tuple[int, ...]) -> str:
@@ -173,15 +171,19 @@ class QuantizedKVCache:
         if stop > self._max_seq_len:
             raise ValueError(f"start_pos + S ({start} + {stop - start}) must not exceed max_seq_len "
                              f"({self._max_seq_len})")
-        k8, k_scales, k_zero_points = quantize_per_token(k_rows)
-        v8, v_scales, v_zero_points = quantize_per_token(v_rows)
+        # One quantization of K and V together: the cost of a decode step's update is numpy's per-op
+        # overhead, not the arithmetic, and every row is quantized on its own, so the bits are the same.
+        try:
+            x8, scales, zero_points = quantize_per_token(np.stack((k_rows, v_rows)))
+        except ValueError:
+            name = "v" if np.isfinite(k_rows).all() else "k"
+            raise ValueError(f"{name} must be finite (NaN or Inf has no int8 quantization)") from None
         at = self._positions(start, stop)
-        self._k[at] = k8
-        self._k_scales[at] = k_scales
-        self._k_zero_points[at] = k_zero_points
-        self._v[at] = v8
-        self._v_scales[at] = v_scales
-        self._v_zero_points[at] = v_zero_points
+        for i, (data, scale, zero_point) in enumerate(((self._k, self._k_scales, self._k_zero_points),
+                                                      (self._v, self._v_scales, self._v_zero_points))):
+            data[at] = x8[i]
+            scale[at] = scales[i]
+            zero_point[at] = zero_points[i]
         self._length = max(self._length, stop)
 
     def reset(self) -> None:
