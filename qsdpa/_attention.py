@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Optional
+from typing import Optional, TypeVar
 
 import numpy as np
 
 from . import _dispatch, _interop, _threads
 from ._args import as_int
+from ._interop import Array
 from ._threads import get_num_threads
+
+ArrayT = TypeVar("ArrayT", bound=Array)  # the result comes back in the query's kind
 
 _ARRAY_ARGS = ("query", "key", "value", "q_zero_points", "q_scales", "k_zero_points", "k_scales", "v_zero_points",
                "v_scales", "attn_mask")
@@ -46,13 +49,12 @@ def _as_bool(name: str, x) -> bool:
     return bool(x)
 
 
-def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_pos: int,
-                   attn_mask: Optional[np.ndarray] = None, dropout_p: float = 0.0, is_causal: bool = False,
-                   scale: Optional[float] = None, q_zero_points: Optional[np.ndarray] = None,
-                   q_scales: Optional[np.ndarray] = None, k_zero_points: Optional[np.ndarray] = None,
-                   k_scales: Optional[np.ndarray] = None, v_zero_points: Optional[np.ndarray] = None,
-                   v_scales: Optional[np.ndarray] = None, is_seq_at_dim_2: bool = False, *,
-                   out: Optional[np.ndarray] = None) -> np.ndarray:
+def quantized_sdpa(query: ArrayT, key: Array, value: Array, start_pos: int, attn_mask: Optional[Array] = None,
+                   dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                   q_zero_points: Optional[Array] = None, q_scales: Optional[Array] = None,
+                   k_zero_points: Optional[Array] = None, k_scales: Optional[Array] = None,
+                   v_zero_points: Optional[Array] = None, v_scales: Optional[Array] = None,
+                   is_seq_at_dim_2: bool = False, *, out: Optional[Array] = None) -> ArrayT:
     """Scaled-dot-product attention over an int8 K/V cache, as ExecuTorch's ``custom_quantized_sdpa``.
 
     Shapes are ``[B, S, H, D]`` (or ``[B, H, S, D]`` with ``is_seq_at_dim_2=True``):

@@ -10,9 +10,21 @@ torch is never imported here: a torch tensor can only exist if the caller has im
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Protocol, Union
 
 import numpy as np
+
+
+class DLPackArray(Protocol):
+    """Anything with the DLPack protocol: numpy arrays, torch tensors, JAX, CuPy, ... (CPU ones here)."""
+
+    def __dlpack__(self) -> Any: ...  # no parameters, so implementations with optional ones match
+
+    def __dlpack_device__(self) -> Any: ...
+
+
+# What the public functions take for an array (see as_ndarray).
+Array = Union[np.ndarray, DLPackArray, memoryview]
 
 _KINDS = "a numpy.ndarray, a torch.Tensor, or a DLPack or buffer-protocol array"
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from . import _attention, _interop
 from ._args import as_int
+from ._attention import ArrayT
+from ._interop import Array
 from ._quantize import quantize_per_token
 
 _LAYOUTS = ("bshd", "bhsd")
@@ -137,7 +139,7 @@ class QuantizedKVCache:
                 f"length={self._length}, nbytes={self.nbytes})")
 
     # -- writing ----------------------------------------------------------------------------------
-    def _float_rows(self, name: str, x: Any) -> np.ndarray:
+    def _float_rows(self, name: str, x: Array) -> np.ndarray:
         a = _interop.as_ndarray(name, x)
         if a.dtype != np.float32:
             raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
@@ -149,7 +151,7 @@ class QuantizedKVCache:
     def _describe(self, shape: Tuple[int, ...]) -> str:
         return "(" + ", ".join("S" if n == -1 else str(n) for n in shape) + ")"
 
-    def update(self, start_pos: int, k: Any, v: Any) -> None:
+    def update(self, start_pos: int, k: Array, v: Array) -> None:
         """Quantize float ``k``/``v`` and store them at positions ``[start_pos, start_pos + S)``.
 
         ``k``, ``v``: float32, ``[B, S, H_kv, D]`` (``[B, H_kv, S, D]`` for layout ``"bhsd"``), any
@@ -191,8 +193,9 @@ class QuantizedKVCache:
         self._length = 0
 
     # -- reading ----------------------------------------------------------------------------------
-    def attend(self, q: Any, start_pos: int, *, is_causal: bool = True, scale: Optional[float] = None,
-               q_scales: Any = None, q_zero_points: Any = None, out: Any = None) -> Any:
+    def attend(self, q: ArrayT, start_pos: int, *, is_causal: bool = True, scale: Optional[float] = None,
+               q_scales: Optional[Array] = None, q_zero_points: Optional[Array] = None,
+               out: Optional[Array] = None) -> ArrayT:
         """Attention of ``q`` over the cached positions: ``qsdpa.quantized_sdpa`` on this cache.
 
         ``q``: float32 ``[B, S_q, H_q, D]`` (``[B, H_q, S_q, D]`` for ``"bhsd"``), ``H_q`` a multiple of
