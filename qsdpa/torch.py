@@ -22,16 +22,20 @@ Swapping a model over from ExecuTorch's op::
     ep = torch.export.export(model, example_inputs)     # model calls torch.ops.llama.custom_quantized_sdpa
     qsdpa.torch.replace_executorch_ops(ep)              # now it calls torch.ops.qsdpa.custom_quantized_sdpa
     out = ep.module()(*inputs)
+
+    qsdpa.torch.replace_executorch_ops(eager_model)     # an eager model: its forward is redirected
 """
 from __future__ import annotations
 
-from typing import Optional, TypeVar
+import functools
+from typing import ContextManager, Optional, TypeVar
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import _attention, _interop
 
-__all__ = ["custom_quantized_sdpa", "replace_executorch_ops", "SCHEMA"]
+__all__ = ["custom_quantized_sdpa", "executorch_ops_replaced", "replace_executorch_ops", "SCHEMA", "SCHEMA_OUT"]
 
 # ExecuTorch 1.5.1's llama::custom_quantized_sdpa, read from
 # torch.ops.llama.custom_quantized_sdpa.default._schema (tests compare the two when ExecuTorch is there).
@@ -170,26 +174,58 @@ def _rewrite(gm: torch.fx.GraphModule) -> int:
     return replaced
 
 
+class _RedirectExecuTorchOps(TorchFunctionMode):
+    """While active, every call of ExecuTorch's custom_quantized_sdpa runs qsdpa's instead (torch
+    function modes see custom-op calls before dispatch, so ExecuTorch's kernel never runs)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        ours = _qsdpa_overload(func)
+        return (func if ours is None else ours)(*args, **(kwargs or {}))
+
+
+def executorch_ops_replaced() -> ContextManager[None]:
+    """A context in which eager calls of ``torch.ops.llama.custom_quantized_sdpa`` (either overload)
+    run ``qsdpa::custom_quantized_sdpa``: ``with qsdpa.torch.executorch_ops_replaced(): model(x)``.
+
+    It is a ``TorchFunctionMode``, so every torch call made inside pays a small interception cost
+    (about a microsecond); rewriting an exported graph with ``replace_executorch_ops`` costs nothing
+    per call.
+    """
+    return _RedirectExecuTorchOps()
+
+
 def replace_executorch_ops(model: _Graph) -> _Graph:
     """Make ``model`` call ``qsdpa::custom_quantized_sdpa`` wherever it calls ExecuTorch's
     ``llama::custom_quantized_sdpa`` (either overload); in place, and returns ``model``.
 
-    ``model``: a ``torch.export.ExportedProgram``, a ``torch.fx.GraphModule``, or an ``nn.Module``
-    whose submodules include GraphModules (each is rewritten, nested ones too). A plain eager module
-    has no graph to rewrite: export it first (``torch.export.export``) or ``torch.fx.symbolic_trace``
-    it. The two ops share a schema, so nothing else in the graph changes; ExecuTorch's library need
-    not stay loaded afterwards for the rewritten model to run.
+    - ``torch.export.ExportedProgram``, ``torch.fx.GraphModule``: the graph nodes are retargeted (the two
+      ops share a schema, so their arguments carry over unchanged); no per-call cost.
+    - any other ``nn.Module``: the GraphModules inside it are rewritten; if it holds none (an eager
+      model), its ``forward`` is wrapped to run under ``executorch_ops_replaced()``.
+
+    ExecuTorch's library need not stay loaded for the rewritten model to run.
     """
     if isinstance(model, torch.export.ExportedProgram):
         gms = [m for m in model.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
     elif isinstance(model, torch.nn.Module):
         gms = [m for m in model.modules() if isinstance(m, torch.fx.GraphModule)]
-        if not gms:
-            raise TypeError(f"model is an eager {type(model).__name__} with no FX graph to rewrite: pass "
-                            "torch.export.export(model, args) or torch.fx.symbolic_trace(model)")
+        if not gms and not getattr(model, "_qsdpa_redirected", False):
+            _redirect_forward(model)
     else:
-        raise TypeError("model must be a torch.export.ExportedProgram, a torch.fx.GraphModule or an nn.Module "
-                        f"containing GraphModules, got {type(model).__name__}")
+        raise TypeError("model must be a torch.export.ExportedProgram or a torch.nn.Module (a GraphModule or "
+                        f"an eager model), got {type(model).__name__}")
     for gm in gms:
         _rewrite(gm)
     return model
+
+
+def _redirect_forward(module: torch.nn.Module) -> None:
+    forward = module.forward
+
+    @functools.wraps(forward)
+    def forward_on_qsdpa(*args, **kwargs):
+        with _RedirectExecuTorchOps():
+            return forward(*args, **kwargs)
+
+    module.forward = forward_on_qsdpa  # an instance attribute: nn.Module.__call__ finds it first
+    module._qsdpa_redirected = True
