@@ -100,18 +100,22 @@ class QuantizedKVCache:
     # -- description ------------------------------------------------------------------------------
     @property
     def batch(self) -> int:
+        """Batch size B."""
         return self._batch
 
     @property
     def max_seq_len(self) -> int:
+        """Positions the cache can hold (S)."""
         return self._max_seq_len
 
     @property
     def n_kv_heads(self) -> int:
+        """KV heads H."""
         return self._n_kv_heads
 
     @property
     def head_dim(self) -> int:
+        """Head dimension D."""
         return self._head_dim
 
     @property

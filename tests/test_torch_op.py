@@ -154,6 +154,31 @@ def test_torch_compile_matches_eager():
     torch.testing.assert_close(compiled, eager)
 
 
+def test_torch_export_traces_the_op():
+    case = _case(shape=(1, 4, 2, 2, 64, 32))
+    cache = tuple(torch.from_numpy(a) for a in (case.key, case.k_scales, case.k_zero_points, case.value,
+                                                case.v_scales, case.v_zero_points))
+    model = _Attention(16, 4, 32).eval()
+    x = torch.randn(1, 2, 16)
+    ep = torch.export.export(model, (x, *cache, 40))
+    assert OP.default in _call_targets(ep.graph)
+    node = next(n for n in ep.graph.nodes if n.target is OP.default)
+    assert tuple(node.meta["val"].shape) == (1, 2, 4, 32) and node.meta["val"].dtype == torch.float32
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x, *cache, 40), model(x, *cache, 40), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
+def test_op_matches_executorchs_op(seq_dim2):
+    llama = load_llama_ops(torch)
+    case = _case(seq_dim2, shape=(1, 8, 2, 3, 80, 64))
+    args = _op_args(case, 70, True)
+    theirs = llama.custom_quantized_sdpa(*args)
+    ours = OP(*args)
+    vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
+    torch.testing.assert_close(ours, theirs, rtol=3e-5, atol=3e-5 * vmax)
+
+
 def _llama_model():
     class Model(torch.nn.Module):
         def forward(self, q8, q_scales, q_zps, k8, k_scales, k_zps, v8, v_scales, v_zps):
