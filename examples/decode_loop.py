@@ -13,7 +13,8 @@ turn (so load on the machine hits both alike), and share the projections (numpy)
 and the attention differ:
 
     qsdpa   one qsdpa.QuantizedKVCache per layer ([B, S, H, D] int8 + per-token scales and zero
-            points); update() quantizes the new K/V, attend() runs the kernel (out= given)
+            points); update() quantizes the new K/V, attend() runs the kernel (out= given), with
+            the query quantized per token as ExecuTorch does (--query int8) or as is (float32)
     torch   fp32 K/V tensors [B, H, S, D] per layer; torch.nn.functional.scaled_dot_product_attention
             with enable_gqa=True over the positions so far
 
@@ -41,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--dim", type=int, default=128, help="residual stream width (small: the projections are "
                     "not what is measured)")
+    ap.add_argument("--query", choices=("int8", "float32"), default="int8",
+                    help="query type for qsdpa: int8, quantized per token as ExecuTorch's graphs do (default), "
+                    "or float32 as projected")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -95,19 +99,23 @@ class Model:
 
 
 class QsdpaBackend:
-    name = "qsdpa int8 KV cache"
-
     def __init__(self, model: Model, max_len: int):
         a = model.args
         self.caches = [qsdpa.QuantizedKVCache(1, max_len, a.kv_heads, a.head_dim) for _ in range(a.layers)]
         self.out = np.empty((1, 1, a.q_heads, a.head_dim), np.float32)
+        self.int8_query = a.query == "int8"
+        self.name = f"qsdpa int8 cache, {a.query} q"
 
     def attention(self, layer: int, pos: int, q, k, v):
         cache = self.caches[layer]
         cache.update(pos, k, v)
+        qparams = {}
+        if self.int8_query:
+            q, q_scales, q_zero_points = qsdpa.quantize_per_token(q)
+            qparams = dict(q_scales=q_scales, q_zero_points=q_zero_points)
         if q.shape[1] == 1:
-            return cache.attend(q, pos, out=self.out)  # decode: no allocation on the way to the kernel
-        return cache.attend(q, pos)
+            return cache.attend(q, pos, out=self.out, **qparams)  # decode: no allocation inside attend
+        return cache.attend(q, pos, **qparams)
 
     @property
     def nbytes(self) -> int:
@@ -205,9 +213,9 @@ def main(args: argparse.Namespace) -> int:
             run.decode_s += time.perf_counter() - t0
 
     print()
-    print(f"{'backend':<26} {'prefill s':>10} {'decode tok/s':>13} {'attention ms/tok':>17} {'KV cache':>12}")
+    print(f"{'backend':<30} {'prefill s':>10} {'decode tok/s':>13} {'attention ms/tok':>17} {'KV cache':>12}")
     for run in runs:
-        print(f"{run.backend.name:<26} {run.prefill_s:>10.2f} {args.steps / run.decode_s:>13.1f} "
+        print(f"{run.backend.name:<30} {run.prefill_s:>10.2f} {args.steps / run.decode_s:>13.1f} "
               f"{1e3 * run.attention_s / args.steps:>17.2f} {_size(run.backend.nbytes):>12}")
     if len(runs) == 2:
         ours, theirs = runs
@@ -215,7 +223,8 @@ def main(args: argparse.Namespace) -> int:
               f"{theirs.attention_s / ours.attention_s:.2f}x as fast, cache {theirs.backend.nbytes / ours.backend.nbytes:.2f}x "
               "smaller")
         err = float(np.abs(ours.x - theirs.x).max() / np.abs(theirs.x).max())
-        print(f"final hidden state: max|qsdpa - torch| / max|torch| = {err:.2e} (int8 K/V vs fp32)")
+        quantized = "int8 q, K, V" if args.query == "int8" else "int8 K, V"
+        print(f"final hidden state: max|qsdpa - torch| / max|torch| = {err:.2e} ({quantized} against fp32)")
     return 0
 
 

@@ -20,7 +20,7 @@ def _run(*extra):
 def test_decode_loop_runs_and_reports():
     out = _run()
     assert "prompt 9 tokens (prefilled), then 3 decode steps" in out
-    row = next(line for line in out.splitlines() if line.startswith("qsdpa int8 KV cache"))
+    row = next(line for line in out.splitlines() if line.startswith("qsdpa int8 cache, int8 q"))
     prefill_s, tok_s, attn_ms, size = (float(x) for x in row.split()[-5:-1])
     assert tok_s > 0 and attn_ms > 0 and size > 0
     if importlib.util.find_spec("torch") is not None:
@@ -30,6 +30,10 @@ def test_decode_loop_runs_and_reports():
         assert err < 0.05, out  # int8 K/V against fp32: close, not equal
     else:
         assert "PyTorch is not installed" in out
+
+
+def test_decode_loop_float_queries():
+    assert "qsdpa int8 cache, float32 q" in _run("--query", "float32", "--no-torch")
 
 
 def test_decode_loop_rejects_bad_sizes():
