@@ -148,10 +148,11 @@ def test_torch_compile_matches_eager():
                                            case.v_zero_points)]
     model = _Attention(16, 4, 32).eval()
     x = torch.randn(1, 2, 16)
+    compiled = torch.compile(model, fullgraph=True)
     with torch.no_grad():
-        eager = model(x, *cache, 40)
-        compiled = torch.compile(model, fullgraph=True)(x, *cache, 40)
-    torch.testing.assert_close(compiled, eager)
+        # A decode loop's start_pos changes every call: after one recompile it is a SymInt in the fake kernel.
+        for start_pos in (40, 41, 42):
+            torch.testing.assert_close(compiled(x, *cache, start_pos), model(x, *cache, start_pos))
 
 
 def test_torch_export_traces_the_op():
