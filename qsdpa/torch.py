@@ -14,7 +14,7 @@ tensor copies nothing) and the qsdpa kernel writes the result straight into the 
 contiguous input is never copied. Non-contiguous inputs are copied once, as in ``qsdpa.quantized_sdpa``;
 invalid ones raise its ``TypeError``/``ValueError`` naming the argument, before anything is written.
 The kernels use ``qsdpa.set_num_threads`` (qsdpa's own OpenMP threads), not ``torch.set_num_threads``.
-There is no autograd formula: this is an inference op.
+There is no gradient: backpropagating through the op raises (it is an inference op).
 
 Swapping a model over from ExecuTorch's op::
 
@@ -121,6 +121,15 @@ def _fake_out(query, key, value, start_pos, attn_mask=None, drpout_p=0.0, is_cau
               v_scales=None, is_seq_at_dim_2=False, *, out):
     _check_fake(locals(), out)
     return out
+
+
+def _no_backward(ctx, grad):
+    # Registered so that backpropagating through the op fails loudly; without it torch only warns
+    # and treats the op as if it had no effect on the gradient.
+    raise RuntimeError("qsdpa::custom_quantized_sdpa has no gradient: it is an inference op")
+
+
+torch.library.register_autograd("qsdpa::custom_quantized_sdpa", _no_backward, lib=_lib)
 
 
 def custom_quantized_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, start_pos: int,

@@ -112,6 +112,16 @@ def test_bad_input_names_the_argument_and_leaves_out_untouched():
     assert (out == 5.0).all()
 
 
+def test_backward_raises():
+    case = _case(float_query=True)
+    args = list(_op_args(case, 30, True))
+    args[0] = args[0].clone().requires_grad_(True)
+    result = OP(*args)
+    np.testing.assert_array_equal(result.detach().numpy(), _numpy(case, 30, True))
+    with pytest.raises(RuntimeError, match="no gradient"):
+        result.sum().backward()
+
+
 def test_fake_tensor_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
