@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -47,6 +48,13 @@ class DLPackOnly:
         return self._a.__dlpack_device__()
 
 
+class WithNamespace(DLPackOnly):
+    """A DLPack array with an array-API namespace, as JAX or CuPy arrays have."""
+
+    def __array_namespace__(self, api_version=None):
+        return types.SimpleNamespace(from_dlpack=lambda a: WithNamespace(np.from_dlpack(a)))
+
+
 @pytest.mark.parametrize("float_query", [False, True], ids=["q8", "qf32"])
 def test_dlpack_and_buffer_arrays(float_query):
     case = _case(float_query)
@@ -54,6 +62,9 @@ def test_dlpack_and_buffer_arrays(float_query):
     got = _call(case, DLPackOnly)
     assert type(got) is np.ndarray  # a bare DLPack object has no kind to answer in
     np.testing.assert_array_equal(got, expected)
+    got = _call(case, WithNamespace)
+    assert type(got) is WithNamespace  # answered through its namespace's from_dlpack
+    np.testing.assert_array_equal(np.from_dlpack(got), expected)
     got = _call(case, memoryview)
     assert isinstance(got, memoryview) and got.shape == expected.shape and got.format == "f"
     np.testing.assert_array_equal(np.asarray(got), expected)
