@@ -4,11 +4,13 @@ the best one this CPU can safely run.
 
 Importing qsdpa is cheap on purpose: it imports no kernel module and does not run py-cpuinfo. The
 variant is chosen on first use (``get_isa()`` or any kernel call); set ``QSDPA_ISA`` to a lower
-variant's name to force it.
+variant's name to force it. ``import qsdpa.torch`` adds the PyTorch custom op (it needs torch;
+``import qsdpa`` alone never imports torch).
 """
 from ._attention import quantized_sdpa
 from ._dispatch import get_isa
 from ._errors import VariantUnavailableError
+from ._kv_cache import KVCacheTensors, QuantizedKVCache
 from ._quantize import dequantize_per_token, quantize_per_token
 from ._scratch import arena_stats, scratch_layout
 from ._show import show_runtime
@@ -16,6 +18,8 @@ from ._threads import get_num_threads, set_num_threads
 from ._version import __version__
 
 __all__ = [
+    "KVCacheTensors",
+    "QuantizedKVCache",
     "VariantUnavailableError",
     "__version__",
     "arena_stats",

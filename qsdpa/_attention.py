@@ -1,4 +1,5 @@
-"""qsdpa.quantized_sdpa: ExecuTorch's llama::custom_quantized_sdpa on numpy arrays.
+"""qsdpa.quantized_sdpa: ExecuTorch's llama::custom_quantized_sdpa on numpy arrays (and, off the fast
+path, torch tensors and DLPack / buffer-protocol arrays, viewed without a copy by _interop).
 
 This layer settles what the C++ entry cannot see: argument types and presence, the default scale,
 copies of non-contiguous inputs (never read with the wrong strides), and the output allocation.
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
-from typing import Optional
+from typing import Optional, TypeVar
 
 import numpy as np
 
-from . import _dispatch, _threads
+from . import _dispatch, _interop, _threads
+from ._args import as_int
+from ._interop import Array
 from ._threads import get_num_threads
+
+ArrayT = TypeVar("ArrayT", bound=Array)  # the result comes back in the query's kind
 
 _ARRAY_ARGS = ("query", "key", "value", "q_zero_points", "q_scales", "k_zero_points", "k_scales", "v_zero_points",
                "v_scales", "attn_mask")
@@ -34,7 +38,7 @@ def _as_array(name: str, x, optional: bool):
             return None
         raise TypeError(f"{name} must be a numpy.ndarray, got None")
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+        x = _interop.as_ndarray(name, x)
     # A strided view is copied rather than read with the wrong strides; caches are contiguous anyway.
     return x if x.flags.c_contiguous else np.ascontiguousarray(x)
 
@@ -45,13 +49,12 @@ def _as_bool(name: str, x) -> bool:
     return bool(x)
 
 
-def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_pos: int,
-                   attn_mask: Optional[np.ndarray] = None, dropout_p: float = 0.0, is_causal: bool = False,
-                   scale: Optional[float] = None, q_zero_points: Optional[np.ndarray] = None,
-                   q_scales: Optional[np.ndarray] = None, k_zero_points: Optional[np.ndarray] = None,
-                   k_scales: Optional[np.ndarray] = None, v_zero_points: Optional[np.ndarray] = None,
-                   v_scales: Optional[np.ndarray] = None, is_seq_at_dim_2: bool = False, *,
-                   out: Optional[np.ndarray] = None) -> np.ndarray:
+def quantized_sdpa(query: ArrayT, key: Array, value: Array, start_pos: int, attn_mask: Optional[Array] = None,
+                   dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                   q_zero_points: Optional[Array] = None, q_scales: Optional[Array] = None,
+                   k_zero_points: Optional[Array] = None, k_scales: Optional[Array] = None,
+                   v_zero_points: Optional[Array] = None, v_scales: Optional[Array] = None,
+                   is_seq_at_dim_2: bool = False, *, out: Optional[Array] = None) -> ArrayT:
     """Scaled-dot-product attention over an int8 K/V cache, as ExecuTorch's ``custom_quantized_sdpa``.
 
     Shapes are ``[B, S, H, D]`` (or ``[B, H, S, D]`` with ``is_seq_at_dim_2=True``):
@@ -71,6 +74,12 @@ def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_
     Returns float32 shaped like ``query`` (written into ``out`` when given: a C-contiguous float32
     array of that shape, filled without allocating). A row whose keys are all masked gives 0.
     Bad arguments raise ``TypeError``/``ValueError`` naming the argument, and ``out`` is untouched.
+
+    Arrays may also be CPU torch tensors (not requiring grad), DLPack arrays or buffer-protocol
+    objects: they are read in place (no copy unless non-contiguous) and the result comes back in the
+    query's kind (a torch tensor for a torch query), or as ``out`` itself when ``out`` is given.
+    numpy arrays with ``out=`` take the allocation-free fast path; the other kinds cost a few
+    microseconds more per call.
     """
     nd = _ndarray
     if (attn_mask is None and type(query) is nd and type(key) is nd and type(value) is nd
@@ -105,7 +114,10 @@ def quantized_sdpa(query: np.ndarray, key: np.ndarray, value: np.ndarray, start_
                 pass  # e.g. a non-contiguous input: nothing was written; the complete path copies or raises
     prepared = _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
                         q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
-    return _run(_dispatch.selection().module, *prepared)
+    result = _run(_dispatch.selection().module, *prepared)
+    if out is not None:
+        return out  # the caller's own array, whatever its kind
+    return _interop.like(query, result)  # the query's kind: torch in, torch out
 
 
 _ndarray = np.ndarray
@@ -123,12 +135,7 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if dropout_p != 0.0:
         raise ValueError(f"dropout_p must be 0.0 (qsdpa is an inference kernel), got {dropout_p}")
-    if isinstance(start_pos, (bool, np.bool_)):
-        raise TypeError("start_pos must be an int, got bool")
-    try:
-        start = operator.index(start_pos)
-    except TypeError:
-        raise TypeError(f"start_pos must be an int, got {type(start_pos).__name__}") from None
+    start = as_int("start_pos", start_pos)  # the range is C++'s to check, against the cache length
     causal = _as_bool("is_causal", is_causal)
     seq_dim2 = _as_bool("is_seq_at_dim_2", is_seq_at_dim_2)
     args = dict(query=query, key=key, value=value, q_zero_points=q_zero_points, q_scales=q_scales,
@@ -155,9 +162,7 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
     if out is None:
         result = np.empty(arr["query"].shape, dtype=np.float32)
     else:
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
-        result = out
+        result = out if isinstance(out, np.ndarray) else _interop.as_ndarray("out", out, writable=True)
     return arr, start, causal, scale_value, seq_dim2, result
 
 

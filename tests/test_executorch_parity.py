@@ -1,8 +1,8 @@
 """Agreement with ExecuTorch's llama::custom_quantized_sdpa on the same inputs (when installed).
 
 ExecuTorch is installed beside torch with `pip install --no-deps executorch==1.5.1` (see
-../shared/peers.md); without it these tests skip. ExecuTorch writes 'No temp allocator provided'
-to stderr on every call; that is its noise, not ours.
+../shared/peers.md; tests/executorch_ops.py loads it); without it these tests skip. ExecuTorch
+writes 'No temp allocator provided' to stderr on every call; that is its noise, not ours.
 """
 from __future__ import annotations
 
@@ -11,26 +11,14 @@ import pytest
 
 import qsdpa
 from attention_reference import make_case
+from executorch_ops import load_llama_ops
 
 torch = pytest.importorskip("torch")
 
 
-def _load_executorch_ops():
-    import site
-
-    for base in site.getsitepackages():
-        so = f"{base}/executorch/extension/llm/custom_ops/libcustom_ops_aot_lib.so"
-        try:
-            torch.ops.load_library(so)
-            return torch.ops.llama
-        except OSError:
-            continue
-    pytest.skip("executorch custom ops are not installed (pip install --no-deps executorch==1.5.1)")
-
-
 @pytest.fixture(scope="module")
 def llama():
-    return _load_executorch_ops()
+    return load_llama_ops(torch)
 
 
 @pytest.mark.parametrize("shape,start,causal", [
