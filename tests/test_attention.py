@@ -52,6 +52,7 @@ SHAPES = [
     (2, 16, 2, 1, 700, 8, 500, False),       # GQA 8, tiny head dim, decode with KV splits
     (1, 2, 1, 17, 290, 256, 273, True),      # D = 256
     (1, 9, 3, 1, 1000, 64, 999, False),      # small model 9/3 heads: splits with 2 threads
+    (1, 9, 1, 1, 300, 72, 299, False),       # MQA decode: 9 rows of one KV head (a row-tile tail), D = 72
 ]
 
 
