@@ -676,15 +676,16 @@ def machine_info(threads: Sequence[int], bandwidth: Dict[int, float], llc: int,
             "python": platform.python_version(), "numpy": np.__version__}
 
 
-def fma_summary(start: Dict, end: Optional[Dict] = None) -> str:
-    """'1 thread 6.0 G/s, 2 threads 11.8 G/s (x1.97)' for the FMA probe at the start (and end) of a run."""
+def fma_summary(start: Dict, end: Optional[Dict] = None, when: str = "at the start") -> str:
+    """'... 1 thread 6.0 G/s, 2 threads 11.8 G/s (x1.97 at 2 threads) at the start' for the FMA probe
+    at the start (and end) of a run; `when` names the first measurement."""
     def one(rates: Dict) -> str:
         items = sorted((int(t), r) for t, r in rates.items())
         text = ", ".join(f"{t} thread{'s' if t > 1 else ''} {r / 1e9:.1f} G/s" for t, r in items)
         if len(items) > 1 and items[0][0] == 1:
             text += f" (×{items[-1][1] / items[0][1]:.2f} at {items[-1][0]} threads)"
         return text
-    text = "vector FMAs/s of the variant's FMA probe (8 chains per thread): " + one(start) + " at the start"
+    text = "vector FMAs/s of the variant's FMA probe (8 chains per thread): " + one(start) + " " + when
     if end:
         text += "; " + one(end) + " at the end"
     return text
@@ -956,7 +957,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     set_num_threads(all_threads)
     meta["load_end"] = _load()
     meta["fma_end"] = {t: fma_rate(t) for t in threads}
-    print("  compute at the end: " + fma_summary(meta["fma_end"]))
+    print("  compute: " + fma_summary(meta["fma_end"], when="at the end"))
     scaling = thread_scaling(results, all_threads)
     if scaling:
         print(f"thread scaling: time(t=1) / time(t={all_threads}) [CPU/wall at t={all_threads}]")
