@@ -66,7 +66,9 @@ _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="
 # decode on a [B, S, H, D] cache (all KV heads per item) steps 64 keys, so a block of all heads'
 # K and V (2 x 64 x H x D bytes) and the next one, prefetched meanwhile, fit in L2 together.
 # Register tiles: QK_ROWS x QK_KEYS int32 dot accumulators (rows share each widened key vector),
-# PV_ROWS rows x PV_VECS f32 vectors (rows share each widened value vector).
+# PV_ROWS rows x PV_VECS f32 vectors (rows share each widened value vector). AVX2's 4 x 3 uses all
+# 16 registers (12 accumulators, 3 widened V vectors, the broadcast weight): against 4 x 2, 6.27M ->
+# 6.01M instructions per llama3-8b decode call (2048 keys) and 306M -> 297M per 512-token prefill.
 def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int) -> Dict[str, int]:
     return dict(KV_BLOCK=256, KV_BLOCK_GROUPED=64, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows,
                 PV_VECS=pv_vecs)
@@ -84,7 +86,7 @@ ISAS: Tuple[Isa, ...] = (
         features=("avx2", "fma", "f16c"), macros=("__AVX2__", "__FMA__", "__F16C__"), family="x86",
         vocab=_X86_AVX2_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=2), qk_gemm=dict(MR=2, NR=4),
-                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 2)),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 3)),
         description="AVX2 + FMA + F16C (Haswell, Zen 1+)",
     ),
     Isa(

@@ -1,7 +1,7 @@
 // Generated from templates/flash_attention.cpp.j2 for ISA 'avx2' by `python -m codegen` — do not edit.
 // softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q
 // kv_block = 256 keys, up to 64 query rows per work item; Q.K^T tile 4 rows x
-// 2 keys, P.V tile 4 rows x 2x8 f32.
+// 2 keys, P.V tile 4 rows x 3x8 f32.
 //
 // Work item = (batch, KV head, block of query positions, KV split). Its rows are every query head
 // of the KV head's group at every position of the block, so each int8 K/V byte is loaded and
@@ -248,17 +248,17 @@ template <int TRt>
 inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const int8_t* v, size_t ldv,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
                     const RowPrefetch& pf) {
-  constexpr size_t kCols = 2 * NF;
+  constexpr size_t kCols = 3 * NF;
   size_t d0 = 0;
   if (head_dim < kCols) {
     pf.rest(0);
   } else if (pf.n || pf.n2) {  // the prefetch work goes with the first column tile's key loop
-    pv_tile<TRt, 2, false, true>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
+    pv_tile<TRt, 3, false, true>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
     pf.rest(nb);
     d0 = kCols;
   }
   for (; d0 + kCols <= head_dim; d0 += kCols)
-    pv_tile<TRt, 2, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+    pv_tile<TRt, 3, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
@@ -271,6 +271,10 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
     case 2:
       if (last == NF) pv_tile<TRt, 2, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
       else pv_tile<TRt, 2, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      break;
+    case 3:
+      if (last == NF) pv_tile<TRt, 3, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 3, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
       break;
     default: break;
   }

@@ -142,7 +142,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
     tiles["dequant_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 2);
     tiles["qk_gemm"] = py::dict(py::arg("MR") = 2, py::arg("NR") = 4);
     tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 2, py::arg("NR") = 4);
-    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 2, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 2);
+    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 2, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 3);
     d["tiles"] = tiles;
     return d;
   }, "ISA, compiler and the predefined ISA macros this module was built with.");
