@@ -104,6 +104,10 @@ inline vi qdot16(vi acc, vk k, const int16_t* q) {
   return acc;
 #endif
 }
+// A fresh accumulator's first step: the product itself, no zeroed register to add it to.
+inline vi qdot16_first(vk k, const int16_t* q) {
+  return _mm256_madd_epi16(k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+}
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]) with one hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {
   const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));

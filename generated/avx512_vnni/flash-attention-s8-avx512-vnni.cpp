@@ -136,9 +136,10 @@ inline RowPrefetch spread(const int8_t* p, size_t bytes, const int8_t* p2, size_
 
 // Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
 // HD: the head dim when known at compile time (the d loop is then unrolled whole), else 0.
+// Always inlined: GCC outlines it once it grows, and the call costs more than the first step saves.
 template <int TRt, int TKt, size_t HD = 0>
-inline void qk_tile(size_t head_dim_arg, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk, int32_t* dots,
-                    size_t ldd) {
+__attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const int16_t* q, size_t ldq,
+                                                   const int8_t* k, size_t ldk, int32_t* dots, size_t ldd) {
   const size_t head_dim = HD ? HD : head_dim_arg;
   // With a compile-time row stride the query addresses are one base plus constants. The empty asm
   // hides that the base is the same on every tile: GCC would hoist all TRt x steps addresses out of
@@ -148,8 +149,16 @@ inline void qk_tile(size_t head_dim_arg, const int16_t* q, size_t ldq, const int
     __asm__("" : "+r"(q));
   }
   vi acc[TRt * TKt];
-  for (int i = 0; i < TRt * TKt; ++i) acc[i] = dzero();
   size_t d = 0;
+  if (head_dim >= QKB) {  // the first step initialises the accumulators
+    vk kv[TKt];
+    for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk);
+    for (int r = 0; r < TRt; ++r)
+      for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16_first(kv[j], q + r * ldq);
+    d = QKB;
+  } else {
+    for (int i = 0; i < TRt * TKt; ++i) acc[i] = dzero();
+  }
   for (; d + QKB <= head_dim; d += QKB) {
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);

@@ -72,6 +72,7 @@ inline vk kload16_n(const int8_t* p, int n) {
 inline vi qdot16(vi acc, vk k, const int16_t* q) {
   return _mm512_dpwssd_epi32(acc, k, _mm512_loadu_si512(q));  // VNNI: multiply-add of int16 pairs, fused
 }
+inline vi qdot16_first(vk k, const int16_t* q) { return _mm512_madd_epi16(k, _mm512_loadu_si512(q)); }
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]): fold to 256 bits, then a hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {
   __m256i h[8];

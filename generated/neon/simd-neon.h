@@ -80,6 +80,10 @@ inline vi qdot16(vi acc, vk k, const int16_t* q) {
   const int16x8_t qv = vld1q_s16(q);
   return vmlal_high_s16(vmlal_s16(acc, vget_low_s16(k), vget_low_s16(qv)), k, qv);
 }
+inline vi qdot16_first(vk k, const int16_t* q) {
+  const int16x8_t qv = vld1q_s16(q);
+  return vmlal_high_s16(vmull_s16(vget_low_s16(k), vget_low_s16(qv)), k, qv);
+}
 inline void dreduce8(const vi* a, int32_t* out) {
   vst1q_s32(out, vpaddq_s32(vpaddq_s32(a[0], a[1]), vpaddq_s32(a[2], a[3])));
   vst1q_s32(out + 4, vpaddq_s32(vpaddq_s32(a[4], a[5]), vpaddq_s32(a[6], a[7])));

@@ -56,6 +56,7 @@ using vk = int32_t;
 inline vk kload16(const int8_t* p) { return *p; }
 inline vk kload16_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
 inline vi qdot16(vi acc, vk k, const int16_t* q) { return acc + k * *q; }
+inline vi qdot16_first(vk k, const int16_t* q) { return k * *q; }  // a fresh accumulator's first step
 inline void dreduce8(const vi* a, int32_t* out) { for (int i = 0; i < 8; ++i) out[i] = a[i]; }
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
