@@ -1,17 +1,27 @@
 """examples/decode_loop.py runs as a new user would run it (tiny sizes, in a subprocess)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import qsdpa
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "decode_loop.py"
 TINY = ["--context", "9", "--steps", "3", "--layers", "2", "--q-heads", "4", "--kv-heads", "2", "--head-dim", "16",
         "--dim", "8", "--threads", "1"]
 
 
+# The child imports the qsdpa this process tests: a script's sys.path starts at examples/, and a
+# tree that is importable but not installed (the emulated CI runs) is not on it otherwise.
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    [str(Path(qsdpa.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
 def _run(*extra):
-    proc = subprocess.run([sys.executable, str(EXAMPLE), *TINY, *extra], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(EXAMPLE), *TINY, *extra], capture_output=True, text=True, timeout=300,
+                          env=ENV)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -35,7 +45,7 @@ def test_decode_loop_without_torch():
     code = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", code, str(EXAMPLE), *TINY, "--query", "float32"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=ENV)
     assert proc.returncode == 0, proc.stderr
     assert "PyTorch is not installed" in proc.stdout and "qsdpa int8 cache, float32 q" in proc.stdout
     assert "torch fp32" not in proc.stdout
@@ -43,5 +53,5 @@ def test_decode_loop_without_torch():
 
 def test_decode_loop_rejects_bad_sizes():
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--q-heads", "6", "--kv-heads", "4"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, env=ENV)
     assert proc.returncode == 2 and "--q-heads must be a multiple of --kv-heads" in proc.stderr
