@@ -30,7 +30,7 @@ def _hypothesis_profiles() -> None:
     # .ci/run's emulated suites, sized to their cost per case (measured, docs/reliability.md): the
     # SIMDe AVX-512 modules ~2x native, qemu-user (TCG) ~30-50x.
     settings.register_profile("simde", max_examples=2_000, **common)
-    settings.register_profile("qemu", max_examples=100, **common)
+    settings.register_profile("qemu", max_examples=50, **common)
     settings.load_profile(os.environ.get("QSDPA_HYPOTHESIS_PROFILE", "local"))
 
 
