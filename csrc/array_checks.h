@@ -38,6 +38,13 @@ inline bool native_byte_order(char bo) {
   return bo == '=' || bo == '|' || bo == '<';
 }
 
+// numpy marks arrays at addresses that are not a multiple of their item size (a view of a byte
+// buffer at an odd offset) as unaligned; reading one through a float* is undefined behaviour.
+inline void check_aligned(const py::array& a, const char* name) {
+  if (!(a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_))
+    throw py::value_error(std::string(name) + " must be aligned to its item size");
+}
+
 inline py::array as_array(const py::handle& obj, const char* name) {
   if (!py::isinstance<py::array>(obj)) {
     throw py::type_error(std::string(name) + " must be a numpy.ndarray, got " +
@@ -70,6 +77,7 @@ Matrix<T> matrix(const py::handle& obj, const char* name, bool writable) {
   check_dtype<T>(a, name);
   if (a.ndim() != 2) throw py::value_error(std::string(name) + " must be 2-D, got " + std::to_string(a.ndim()) + "-D");
   if (writable && !a.writeable()) throw py::value_error(std::string(name) + " must be writeable");
+  check_aligned(a, name);
   const auto rows = static_cast<size_t>(a.shape(0)), cols = static_cast<size_t>(a.shape(1));
   const py::ssize_t s0 = a.strides(0), s1 = a.strides(1), item = sizeof(T);
   size_t ld = cols;
@@ -98,6 +106,7 @@ Vector<T> vector(const py::handle& obj, const char* name, size_t expected) {
   const auto n = static_cast<size_t>(a.shape(0));
   if (n != expected)
     throw py::value_error(std::string(name) + " must have " + std::to_string(expected) + " elements, got " + std::to_string(n));
+  check_aligned(a, name);
   const py::ssize_t s = a.strides(0), item = sizeof(T);
   size_t stride = 1;
   if (n > 1) {
@@ -122,6 +131,7 @@ Tensor<T> tensor(const py::handle& obj, const char* name, int ndim, bool writabl
   if (a.ndim() != ndim)
     throw py::value_error(std::string(name) + " must be " + std::to_string(ndim) + "-D, got " + std::to_string(a.ndim()) + "-D");
   if (writable && !a.writeable()) throw py::value_error(std::string(name) + " must be writeable");
+  check_aligned(a, name);
   Tensor<T> t{};
   t.size = 1;
   for (int d = 0; d < ndim; ++d) {

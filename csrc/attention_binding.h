@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cfloat>
 #include <cmath>
 #include <string>
 
@@ -134,7 +135,10 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
   QSDPA_REQUIRE(static_cast<size_t>(start_pos) + dq.s <= dk.s,
           "start_pos + query length (" + std::to_string(start_pos) + " + " + std::to_string(dq.s) +
           ") must not exceed the key/value length " + std::to_string(dk.s));
-  QSDPA_REQUIRE(std::isfinite(scale), "scale must be finite");
+  // Finite as a double is not enough: the kernels take a float, and casting a double beyond
+  // FLT_MAX to float is undefined behaviour.
+  QSDPA_REQUIRE(std::isfinite(scale) && std::fabs(scale) <= static_cast<double>(FLT_MAX),
+                "scale must be finite in float32 (|scale| <= 3.4028235e38)");
 
   QParams qq{}, qk, qv;
   if (!float_query) qq = qparams(q_scales_, q_zp_, "q_scales", "q_zero_points", dq, "query", seq_dim2);

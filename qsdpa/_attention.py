@@ -40,7 +40,9 @@ def _as_array(name: str, x, optional: bool):
     if not isinstance(x, np.ndarray):
         x = _interop.as_ndarray(name, x)
     # A strided view is copied rather than read with the wrong strides; caches are contiguous anyway.
-    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    # So is an unaligned one (a view of a byte buffer at an odd offset): the kernels read float*.
+    flags = x.flags
+    return x if flags.c_contiguous and flags.aligned else np.array(x, order="C")
 
 
 def _as_bool(name: str, x) -> bool:
@@ -110,8 +112,10 @@ def quantized_sdpa(query: ArrayT, key: Array, value: Array, start_pos: int, attn
                                       v_zero_points, None, start_pos, is_causal, scale_value, is_seq_at_dim_2, result,
                                       threads, 0)
                 return result
-            except ValueError:
-                pass  # e.g. a non-contiguous input: nothing was written; the complete path copies or raises
+            except (ValueError, RuntimeError):
+                # e.g. a non-contiguous input, or a start_pos beyond int64 (pybind11's cast error is a
+                # RuntimeError): nothing was written; the complete path copies or raises its own error
+                pass
     prepared = _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
                         q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
     result = _run(_dispatch.selection().module, *prepared)
@@ -126,6 +130,7 @@ _empty = np.empty
 _float32 = np.float32
 _sqrt = math.sqrt
 _isfinite = math.isfinite
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
@@ -135,7 +140,9 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if dropout_p != 0.0:
         raise ValueError(f"dropout_p must be 0.0 (qsdpa is an inference kernel), got {dropout_p}")
-    start = as_int("start_pos", start_pos)  # the range is C++'s to check, against the cache length
+    start = as_int("start_pos", start_pos)
+    if not 0 <= start < 2**63:  # C++ takes an int64; its own check says why a value is out of range
+        raise ValueError(f"start_pos must be >= 0 and < 2**63, got {start}")
     causal = _as_bool("is_causal", is_causal)
     seq_dim2 = _as_bool("is_seq_at_dim_2", is_seq_at_dim_2)
     args = dict(query=query, key=key, value=value, q_zero_points=q_zero_points, q_scales=q_scales,
@@ -157,8 +164,8 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
             raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
         scale_value = float(scale)
-        if not math.isfinite(scale_value):
-            raise ValueError(f"scale must be finite, got {scale_value}")
+        if not (math.isfinite(scale_value) and abs(scale_value) <= _FLOAT32_MAX):
+            raise ValueError(f"scale must be finite in float32 (|scale| <= 3.4028235e38), got {scale_value}")
     if out is None:
         result = np.empty(arr["query"].shape, dtype=np.float32)
     else:

@@ -9,10 +9,32 @@ reason, e.g. "avx512: CPU/OS lacks avx512f, avx512bw, avx512dq, avx512vl".
 """
 from __future__ import annotations
 
+import os
 from types import ModuleType
 from typing import List
 
 import pytest
+
+
+def _hypothesis_profiles() -> None:
+    """QSDPA_HYPOTHESIS_PROFILE picks the property tests' size (cases per variant): "local" (default,
+    200), "ci" (.ci/run's native run, 10 000), "simde" and "qemu" (.ci/run's emulated runs). No
+    deadline: the machines are shared, and a slow case is not a wrong one."""
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:  # only tests/test_properties.py needs it, and it says so when collected
+        return
+    common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("local", max_examples=200, **common)
+    settings.register_profile("ci", max_examples=10_000, **common)
+    # .ci/run's emulated suites, sized to their cost per case (measured, docs/reliability.md): the
+    # SIMDe AVX-512 modules ~2x native, qemu-user (TCG) ~30-50x.
+    settings.register_profile("simde", max_examples=2_000, **common)
+    settings.register_profile("qemu", max_examples=50, **common)
+    settings.load_profile(os.environ.get("QSDPA_HYPOTHESIS_PROFILE", "local"))
+
+
+_hypothesis_profiles()
 
 
 def _variant_params() -> List[object]:

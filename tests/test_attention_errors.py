@@ -81,6 +81,8 @@ BAD = {
     "mask NaN": (lambda kw: kw.update(attn_mask=np.full((SQ, SKV), np.nan, np.float32)), ValueError, "attn_mask"),
     "dropout": (lambda kw: kw.update(dropout_p=0.1), ValueError, "dropout_p"),
     "scale NaN": (lambda kw: kw.update(scale=float("nan")), ValueError, "scale"),
+    "scale beyond float32": (lambda kw: kw.update(scale=1e300), ValueError, "scale must be finite in float32"),
+    "start_pos beyond int64": (_replace("start_pos", lambda kw: 2**64), ValueError, "start_pos"),
     "scale type": (lambda kw: kw.update(scale="0.1"), TypeError, "scale"),
     "is_causal type": (lambda kw: kw.update(is_causal=1), TypeError, "is_causal"),
     "layout type": (lambda kw: kw.update(is_seq_at_dim_2="no"), TypeError, "is_seq_at_dim_2"),
@@ -103,6 +105,7 @@ def test_bad_input_raises_and_out_is_untouched(name):
     (lambda: np.zeros((B, SQ, HQ, D), np.float64), TypeError, "out must have dtype float32"),
     (lambda: np.zeros((B, HQ, SQ, D), np.float32).swapaxes(1, 2), ValueError, "out must be C-contiguous"),
     (lambda: [0.0], TypeError, "out must be a numpy.ndarray"),
+    (lambda: _unaligned(np.zeros((B, SQ, HQ, D), np.float32)), ValueError, "out must be aligned"),
 ])
 def test_bad_out(make_out, exc, fragment):
     with pytest.raises(exc, match=fragment):
@@ -124,3 +127,22 @@ def test_readonly_and_aliased_out():
 def test_number_of_bad_input_classes():
     """The issue asks for every class; keep the list from shrinking unnoticed."""
     assert len(BAD) >= 35
+
+
+def _unaligned(x):
+    """x's values in an array at an odd address (numpy: flags.aligned is False)."""
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    y = np.frombuffer(buf.data, dtype=x.dtype, count=x.size, offset=1).reshape(x.shape)
+    y[...] = x
+    return y
+
+
+def test_unaligned_inputs_are_copied_not_misread():
+    """Reading a float32 array at an odd address through a float* is undefined behaviour (UBSan
+    reports it): such inputs take the copying path and give the same result."""
+    kw = _args()
+    expected = qsdpa.quantized_sdpa(**kw)
+    kw["k_scales"] = _unaligned(kw["k_scales"])
+    kw["q_scales"] = _unaligned(kw["q_scales"])
+    assert not kw["k_scales"].flags.aligned
+    np.testing.assert_array_equal(qsdpa.quantized_sdpa(**kw), expected)
