@@ -35,7 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=32, help="tokens to decode (default 32)")
     ap.add_argument("--context", type=int, default=2048, help="prompt length, prefilled first (default 2048)")
-    ap.add_argument("--threads", type=int, default=None, help="threads for qsdpa, torch and BLAS (default: all)")
+    ap.add_argument("--threads", type=int, default=None, help="threads for qsdpa and torch (default: all; BLAS, "
+                    "for the tiny projections, always 1)")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--q-heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
@@ -59,10 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 ARGS = parse_args() if __name__ == "__main__" else None
-if ARGS is not None and ARGS.threads is not None:
-    # BLAS sizes its thread pool when numpy is imported, so this must come first.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(ARGS.threads)
+if ARGS is not None:
+    # BLAS sizes its thread pool when numpy is imported, so this must come first. The projections
+    # here are one token's row times a small matrix: BLAS threads would gain nothing and, spinning
+    # between calls, take the cores qsdpa's and torch's threads need (measured: qsdpa's 2-thread
+    # decode attention went from ~0.5 to ~4 ms a call with numpy's OpenBLAS on 2 threads).
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    if ARGS.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(ARGS.threads)
 
 import numpy as np  # noqa: E402
 
