@@ -1,22 +1,18 @@
 """examples/decode_loop.py runs as a new user would run it (tiny sizes, in a subprocess)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import qsdpa
+from child_env import child_env
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "decode_loop.py"
 TINY = ["--context", "9", "--steps", "3", "--layers", "2", "--q-heads", "4", "--kv-heads", "2", "--head-dim", "16",
         "--dim", "8", "--threads", "1"]
 
 
-# The child imports the qsdpa this process tests: a script's sys.path starts at examples/, and a
-# tree that is importable but not installed (the emulated CI runs) is not on it otherwise.
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
-    [str(Path(qsdpa.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+ENV = child_env()  # the child imports the qsdpa under test
 
 
 def _run(*extra):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from child_env import child_env
 
 FUZZER = pathlib.Path(__file__).with_name("fuzz_bad_inputs.py")
 MIN_CLASSES = 40
@@ -25,7 +26,7 @@ CALLS = int(os.environ.get("QSDPA_FUZZ_CALLS") or (150 if os.environ.get("QSDPA_
 
 def test_bad_inputs_never_crash(isa_name, tmp_path):
     report = tmp_path / "fuzz.json"
-    env = dict(os.environ, QSDPA_ISA=isa_name)
+    env = child_env(QSDPA_ISA=isa_name)
     try:
         proc = subprocess.run([sys.executable, str(FUZZER), "--calls", str(CALLS), "--seed", "6",
                                "--json", str(report)], env=env, capture_output=True, text=True, timeout=1200)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from child_env import child_env
 
 CHILD = pathlib.Path(__file__).with_name("child_workloads.py")
 THREADS = 8
@@ -25,7 +26,7 @@ CALLS = 25 if os.environ.get("QSDPA_CI_PYTHON_WRAPPER") else 1000
 
 
 def run_child(isa_name: str, *args: str, timeout: float = 900) -> dict:
-    env = dict(os.environ, QSDPA_ISA=isa_name)
+    env = child_env(QSDPA_ISA=isa_name)
     try:
         proc = subprocess.run([sys.executable, str(CHILD), *args], env=env, capture_output=True, text=True,
                               timeout=timeout)
