@@ -104,9 +104,16 @@ inline vi qdot16(vi acc, vk k, const int16_t* q) {
   return acc;
 #endif
 }
-// A fresh accumulator's first step: the product itself, no zeroed register to add it to.
+// A fresh accumulator's first step: the product itself, no zeroed register to add it to. In asm
+// for the same reason as qdot16: with the intrinsic GCC copies each query vector to the stack first.
 inline vi qdot16_first(vk k, const int16_t* q) {
+#if defined(QSDPA_X86_VIA_SIMDE)
   return _mm256_madd_epi16(k, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+#else
+  __m256i t;
+  __asm__("vpmaddwd %[q], %[k], %[t]" : [t] "=x"(t) : [k] "x"(k), [q] "m"(*reinterpret_cast<const __m256i*>(q)));
+  return t;
+#endif
 }
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]) with one hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {

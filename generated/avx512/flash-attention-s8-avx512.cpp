@@ -98,14 +98,24 @@ inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bo
 // into n pieces (ld = bytes).
 // always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
 // only prefetches counts as free of side effects and is deleted (seen with GCC 12).
+// The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
+// go without the loop (its counter and branch cost more than the prefetches themselves).
+__attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes) {
+  __builtin_prefetch(p, 0, 2);
+  if (bytes > 64) {
+    __builtin_prefetch(p + 64, 0, 2);
+    for (size_t o = 128; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+  }
+}
+
 struct RowPrefetch {
   const int8_t* p = nullptr;
   size_t ld = 0, n = 0, bytes = 0;
   const int8_t* p2 = nullptr;  // a second set of rows, fetched alongside
   size_t ld2 = 0, n2 = 0, bytes2 = 0;
   __attribute__((always_inline)) inline void at(size_t t) const {
-    if (t < n) prefetch_row(p + t * ld, bytes);
-    if (t < n2) prefetch_row(p2 + t * ld2, bytes2);
+    if (t < n) prefetch_piece(p + t * ld, bytes);
+    if (t < n2) prefetch_piece(p2 + t * ld2, bytes2);
   }
   __attribute__((always_inline)) inline void rest(size_t from) const {
     for (size_t t = from; t < n; ++t) prefetch_row(p + t * ld, bytes);
@@ -231,7 +241,7 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size
   for (int r = 0; r < TRt; ++r)
     for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
   const int8_t* vrow = v + d0;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (size_t k = 0; k < nb; ++k, vrow += ldv) {
     if (PF) pf.at(k);  // spread over the key loop, not a burst
     vf bv[NVt];
