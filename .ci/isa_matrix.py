@@ -5,9 +5,10 @@
   python .ci/isa_matrix.py expect ARCH
       the variants this (possibly emulated) CPU can run, from numpy's CPUID / AT_HWCAP detector, which
       is right under qemu-user (py-cpuinfo and /proc/cpuinfo show the host there); best-ranked first
-  python .ci/isa_matrix.py simde
-      the SIMDe-emulated variants of tests/emulated (registry variants built with -mavx512f), as
-      their test ids name them: avx512~simde ...
+  python .ci/isa_matrix.py simde [FAMILY]
+      the SIMDe-emulated variants of tests/emulated (tests/emulated/build.py's emulated_isas: the
+      registry's -mavx512f variants, family x86, and its NEON variants, family neon), as their test
+      ids name them: avx512~simde ... neon_dotprod~simde; FAMILY (x86 or neon) picks one family
   python .ci/isa_matrix.py count JUNIT_XML LABEL "VARIANTS" "EXPECTED"
       per-variant passed/failed/skipped from a pytest junit file (the variant is the first
       dash-separated token of the test id that names one, e.g. test_qk_gemm[avx2-3-5] or
@@ -50,8 +51,13 @@ def expect(arch: str) -> list:
     return [isa.name for isa in sorted(ok, key=lambda i: -i.rank)]
 
 
-def simde() -> list:
-    return [f"{isa.name}~simde" for isa in registry.ISAS if "-mavx512f" in isa.cflags]
+def simde(family: str = "") -> list:
+    import importlib.util  # tests/emulated/build.py holds the one rule for what it builds
+
+    spec = importlib.util.spec_from_file_location("qsdpa_emulated_build", REPO / "tests" / "emulated" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return [f"{isa.name}~simde" for isa in build.emulated_isas() if not family or isa.family == family]
 
 
 def _variant_of(testcase_name: str, names: set) -> str:
@@ -107,7 +113,7 @@ def main(argv: list) -> int:
     elif cmd == "expect":
         print(" ".join(expect(rest[0])))
     elif cmd == "simde":
-        print(" ".join(simde()))
+        print(" ".join(simde(*rest[:1])))
     elif cmd == "count":
         return count(rest[0], rest[1], rest[2].split(), rest[3].split())
     else:

@@ -4,7 +4,13 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#if defined(QSDPA_NEON_VIA_SIMDE)
+// Test builds only (tests/emulated/): this same source run on an x86_64 CPU, through SIMDe's
+// portable implementations of the NEON intrinsics. Never used by the package build.
+#include "simde_neon_shim.h"
+#else
 #include <arm_neon.h>
+#endif
 #include "qsdpa_types.h"
 
 namespace qsdpa {

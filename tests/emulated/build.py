@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""Build the AVX-512 variants' generated sources as pybind11 modules that run WITHOUT AVX-512.
+"""Build the AVX-512 and NEON variants' generated sources as pybind11 modules that run on this x86_64 CPU.
 
     python tests/emulated/build.py [OUT_DIR] [--asan] [--jobs N] [--generated DIR] [--isa NAME ...]
 
-Every x86_64 variant of codegen/registry.py whose flags include -mavx512f is compiled from the same
-generated sources as the package build (registry.sources_for / extra_sources_for) and with the same
-module name (_kernels_avx512, ...), but with -DQSDPA_X86_VIA_SIMDE: the generated prelude then
-includes tests/emulated/simde_x86_shim.h instead of <immintrin.h>, and every AVX-512 intrinsic is
-SIMDe's portable implementation (or the shim's). ISA flags are only those of this machine up to
-AVX2 (never -mavx512*), so the modules import and run on any x86_64 CPU.
+Emulated here (SIMDe), each compiled from the same generated sources as the package build
+(registry.sources_for / extra_sources_for) and with the same module name (_kernels_avx512, ...):
+  - every x86_64 variant of codegen/registry.py whose flags include -mavx512f, with
+    -DQSDPA_X86_VIA_SIMDE: the generated prelude then includes tests/emulated/simde_x86_shim.h
+    instead of <immintrin.h>, and every AVX-512 intrinsic is SIMDe's portable implementation (or
+    the shim's);
+  - every aarch64 NEON variant (family "neon": neon, neon_dotprod), with -DQSDPA_NEON_VIA_SIMDE:
+    the prelude includes tests/emulated/simde_neon_shim.h instead of <arm_neon.h>, and every NEON
+    intrinsic is SIMDe's x86 implementation (or the shim's).
+The registry's ISA flags are not used for them (-mavx512* / -march=armv8*); ISA flags are only those
+of this machine up to AVX2 (never -mavx512*), so the modules import and run on any x86_64 CPU with them.
+--isa picks a subset (e.g. --isa neon --isa neon_dotprod).
 
-This tests the generated source's logic (masked tails, the VNNI +128 bias, madd_s16, ...), not the
-native instructions. --asan adds -fsanitize=address,undefined so that an out-of-bounds access in
-AVX-512 tail code is reported; python is not sanitized, so run it with
+This tests the generated source's logic (masked tails, the VNNI +128 bias, madd_s16, the NEON
+smull/sadalp and sdot schemes, ...), not the native instructions. --asan adds
+-fsanitize=address,undefined so that an out-of-bounds access in tail code (AVX-512 masked lanes, NEON
+stack copies) is reported; python is not sanitized, so run it with
 LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" and
 ASAN_OPTIONS=detect_leaks=0 (the command is printed at the end of the build).
 
@@ -21,7 +28,8 @@ attach_arena in templates/module.cpp.j2), so the scalar module is built too, wit
 scalar flags (none beyond the common ones), as a support module: it is not under test here.
 
 OUT_DIR (default build/emulated, or build/emulated-asan with --asan) receives the modules, the shim
-self-test and a manifest, emulated.json, read by tests/emulated/emulated_modules.py.
+self-tests (one per emulated family built) and a manifest, emulated.json, read by
+tests/emulated/emulated_modules.py.
 """
 from __future__ import annotations
 
@@ -51,13 +59,26 @@ SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "
                   "-O1")
 SUPPORT_ISA = "scalar"  # owner of the scratch arena every variant module attaches to at import
 
+# Per emulated family: the define that makes the generated prelude include the shim, and the shim's
+# self-test (source in tests/emulated, executable name in OUT_DIR).
+FAMILIES = {
+    "x86": dict(define="-DQSDPA_X86_VIA_SIMDE", selftest=("shim_selftest.cpp", "shim_selftest")),
+    "neon": dict(define="-DQSDPA_NEON_VIA_SIMDE", selftest=("shim_neon_selftest.cpp", "shim_neon_selftest")),
+}
+
+
+def is_emulated(isa) -> bool:
+    return ((isa.arch == "x86_64" and isa.family == "x86" and "-mavx512f" in isa.cflags)
+            or (isa.arch == "aarch64" and isa.family == "neon"))
+
 
 def emulated_isas(only=None):
-    isas = [i for i in registry.ISAS if i.arch == "x86_64" and "-mavx512f" in i.cflags]
+    isas = [i for i in registry.ISAS if is_emulated(i)]
     if only:
         unknown = set(only) - {i.name for i in isas}
         if unknown:
-            sys.exit(f"not an AVX-512 x86_64 variant: {', '.join(sorted(unknown))}")
+            sys.exit(f"not an emulated (AVX-512 or NEON) variant: {', '.join(sorted(unknown))}; "
+                     f"choose from {', '.join(i.name for i in isas)}")
         isas = [i for i in isas if i.name in only]
     return isas
 
@@ -125,13 +146,15 @@ def main() -> int:
     base = (["-std=c++17", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
             + list(registry.COMMON_CFLAGS) + openmp)
     includes = [f"-I{gen}", f"-I{ROOT / 'csrc'}"] + pybind_inc
-    emu_flags = base + host + ["-mno-avx512f", "-Wno-psabi", "-DQSDPA_X86_VIA_SIMDE", f"-I{HERE}"] + includes + sanitize
+    emu_common = base + host + ["-mno-avx512f", "-Wno-psabi", f"-I{HERE}"]
+    emu_flags = {fam: emu_common + [spec["define"]] + includes + sanitize for fam, spec in FAMILIES.items()}
+    families = [fam for fam in FAMILIES if any(isa.family == fam for isa in isas)]
     support = registry.isa_by_name(SUPPORT_ISA)
     support_flags = base + list(support.cflags) + includes + sanitize
     ldflags = ["-shared"] + openmp + (["-fsanitize=address,undefined"] if args.asan else [])
 
     # (label, module or None, sources, flags); the self-test is an executable.
-    targets = [(isa.name, isa, isa.module, emu_flags) for isa in isas]
+    targets = [(isa.name, isa, isa.module, emu_flags[isa.family]) for isa in isas]
     targets.append((f"{support.name} (support)", support, support.module, support_flags))
     jobs, links = [], []
     for label, isa, module, flags in targets:
@@ -145,11 +168,14 @@ def main() -> int:
         objs = [objdir / (s.name + ".o") for s in srcs]
         jobs += [(label, [args.cxx] + flags + ["-c", str(s), "-o", str(o)]) for s, o in zip(srcs, objs)]
         links.append((label, isa, [args.cxx] + ldflags + [str(o) for o in objs] + ["-o", str(out / (module + ext))]))
-    selftest_obj = out / "obj" / "shim_selftest.o"
-    jobs.append(("shim self-test", [args.cxx] + emu_flags + ["-c", str(HERE / "shim_selftest.cpp"), "-o", str(selftest_obj)]))
-    selftest = out / "shim_selftest"
-    links.append(("shim self-test", None, [args.cxx] + openmp + (["-fsanitize=address,undefined"] if args.asan else [])
-                  + [str(selftest_obj), "-o", str(selftest)]))
+    selftests = {}
+    for fam in families:
+        src, exe = FAMILIES[fam]["selftest"]
+        obj = out / "obj" / (exe + ".o")
+        jobs.append((f"{fam} shim self-test", [args.cxx] + emu_flags[fam] + ["-c", str(HERE / src), "-o", str(obj)]))
+        links.append((f"{fam} shim self-test", None, [args.cxx] + openmp
+                      + (["-fsanitize=address,undefined"] if args.asan else []) + [str(obj), "-o", str(out / exe)]))
+        selftests[fam] = exe
 
     # Longest first (the pybind11 bindings), so that the workers finish together.
     jobs.sort(key=lambda job: "/module-" not in job[1][job[1].index("-c") + 1])
@@ -173,17 +199,21 @@ def main() -> int:
             print(shlex.join(cmd), proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
             return 1
 
-    manifest = dict(simde=simde, asan=args.asan, cxx=args.cxx, generated=str(gen), cflags=emu_flags,
-                    modules={isa.name: dict(module=isa.module, path=isa.module + ext) for isa in isas},
+    manifest = dict(simde=simde, asan=args.asan, cxx=args.cxx, generated=str(gen),
+                    cflags={fam: emu_flags[fam] for fam in families},
+                    modules={isa.name: dict(module=isa.module, path=isa.module + ext, family=isa.family)
+                             for isa in isas},
                     support={support.name: dict(module=support.module, path=support.module + ext)},
-                    selftest=selftest.name)
+                    selftests=selftests)
     (out / "emulated.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
     print(f"built in {time.monotonic() - t0:.1f}s (wall) into {out}:")
     for isa in isas:
-        print(f"  {isa.module + ext}  = {isa.name} via SIMDe {simde} (emulated, not native AVX-512)")
+        native = "AVX-512" if isa.family == "x86" else "NEON"
+        print(f"  {isa.module + ext}  = {isa.name} via SIMDe {simde} (emulated, not native {native})")
     print(f"  {support.module + ext}  = support module ({support.name}: owns the scratch arena; not under test)")
-    print(f"  {selftest.name}  = shim self-test (run by tests/emulated/test_shim.py)")
+    for fam, exe in selftests.items():
+        print(f"  {exe}  = {fam} shim self-test (run by tests/emulated/test_shim.py)")
     if args.asan:
         # libstdc++ too: python is not linked with it, and without it ASan's __cxa_throw interceptor
         # aborts on the first C++ exception (a pybind11 argument error). --capture=sys: a sanitizer

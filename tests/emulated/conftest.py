@@ -1,13 +1,15 @@
-"""The SIMDe-emulated AVX-512 variants under the per-ISA kernel tests (test_kernels, test_attention).
+"""The SIMDe-emulated AVX-512 and NEON variants under the per-ISA kernel tests (test_kernels,
+test_attention, test_properties).
 
     python tests/emulated/build.py build/emulated
     QSDPA_TEST_EMULATED_DIR=build/emulated python -m pytest tests/emulated
     (ASan: see README.md)
 
 For the tests collected in this directory, `kmod` is the emulated module of each variant built
-by build.py (test ids "avx512~simde", "avx512_vnni~simde"; "...~simde-asan" for a sanitizer build).
+by build.py (test ids "avx512~simde", "avx512_vnni~simde", "neon~simde", "neon_dotprod~simde";
+"...~simde-asan" for a sanitizer build).
 It overrides tests/conftest.py's `kmod` here only, and does not touch `isa_name`: the emulated
-modules are not installable variants (no QSDPA_ISA, whoami() shows no AVX-512 macros), so they stay
+modules are not installable variants (no QSDPA_ISA, whoami() shows no AVX-512/NEON macros), so they stay
 out of the native matrix and of test_dispatch.py.
 
 Without QSDPA_TEST_EMULATED_DIR nothing here is collected. With it set to a directory that holds
@@ -32,5 +34,5 @@ if not _VARIANTS:
 
 @pytest.fixture(params=[pytest.param(v, id=v.test_id) for v in _VARIANTS])
 def kmod(request):
-    """The SIMDe-emulated module of one AVX-512 variant (tests/emulated/build.py)."""
+    """The SIMDe-emulated module of one AVX-512 or NEON variant (tests/emulated/build.py)."""
     return load_emulated(request.param)

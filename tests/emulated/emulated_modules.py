@@ -3,22 +3,26 @@
 The modules keep their real names (_kernels_avx512, ...) so that PyInit_* matches, but they are
 imported from the build directory as a private package (qsdpa_simde.<module>), never as
 qsdpa.<module>: they cannot shadow or be mistaken for the native modules. Their test ids carry
-"~simde" (e.g. "avx512~simde", or "avx512~simde-asan" for a sanitizer build): they test the
-generated source's logic through portable intrinsics, not the native AVX-512 instructions.
-Each loaded module also gets EMULATED = "simde <version>" (native modules have no such attribute),
-e.g. for tests that compare whoami() macros with the registry: an emulated build has
-__AVX512F__ == False by construction.
+"~simde" (e.g. "avx512~simde", "neon_dotprod~simde", or "avx512~simde-asan" for a sanitizer
+build): they test the generated source's logic through portable intrinsics, not the native
+AVX-512 or NEON instructions. Each loaded module also gets EMULATED = "simde <version>" (native
+modules have no such attribute), e.g. for tests that compare whoami() macros with the registry:
+an emulated build has __AVX512F__ / __ARM_NEON == False by construction.
 """
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import pathlib
 import sys
 import types
 from typing import List, NamedTuple, Optional
 
 PACKAGE = "qsdpa_simde"
+# Optional: test only one emulated family of a build ("x86" = the AVX-512 variants, "neon"), e.g.
+# to run them as separate CI suites from one build directory. Unset or empty: every family.
+FAMILY_ENV = "QSDPA_TEST_EMULATED_FAMILY"
 
 
 class EmulatedVariant(NamedTuple):
@@ -27,17 +31,26 @@ class EmulatedVariant(NamedTuple):
     path: str       # the built extension module
     simde: str      # SIMDe version it was built with
     asan: bool      # built with -fsanitize=address,undefined
+    family: str     # "x86" (AVX-512 via simde_x86_shim.h) or "neon" (via simde_neon_shim.h)
 
     @property
     def test_id(self) -> str:
         return f"{self.isa}~simde" + ("-asan" if self.asan else "")
 
 
+def selected_family() -> Optional[str]:
+    family = os.environ.get(FAMILY_ENV) or None
+    if family not in (None, "x86", "neon"):
+        raise ValueError(f"{FAMILY_ENV}={family!r}: expected x86 or neon (or unset for both)")
+    return family
+
+
 def emulated_variants(directory: Optional[str]) -> List[EmulatedVariant]:
     """The variants in `directory` (an output dir of build.py); [] when directory is None or ''.
+    With QSDPA_TEST_EMULATED_FAMILY set, only that family's.
 
-    A directory that is given but holds no build is an error, not an empty list, so that a CI job
-    that forgot to build cannot pass by testing nothing.
+    A directory that is given but holds no build (of the selected family) is an error, not an empty
+    list, so that a CI job that forgot to build cannot pass by testing nothing.
     """
     if not directory:
         return []
@@ -46,14 +59,17 @@ def emulated_variants(directory: Optional[str]) -> List[EmulatedVariant]:
     if not manifest.is_file():
         raise FileNotFoundError(f"{manifest} not found: run python tests/emulated/build.py {directory}")
     info = json.loads(manifest.read_text())
+    family = selected_family()
     out = []
     for isa, m in info["modules"].items():
+        if family and m["family"] != family:
+            continue
         path = root / m["path"]
         if not path.is_file():
             raise FileNotFoundError(f"{path} listed in {manifest} but missing")
-        out.append(EmulatedVariant(isa, m["module"], str(path), info["simde"], bool(info["asan"])))
+        out.append(EmulatedVariant(isa, m["module"], str(path), info["simde"], bool(info["asan"]), m["family"]))
     if not out:
-        raise FileNotFoundError(f"{manifest} lists no modules")
+        raise FileNotFoundError(f"{manifest} lists no modules" + (f" of family {family}" if family else ""))
     return out
 
 

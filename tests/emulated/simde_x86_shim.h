@@ -25,22 +25,9 @@
 #error "simde_x86_shim.h is for emulation on CPUs without AVX-512: build without -mavx512*"
 #endif
 
-namespace qsdpa_simde {
+#include "simde_lanes.h"  // qsdpa_simde::to_lanes / from_lanes
 
-// Lane views. memcpy between a vector and an array is the portable, aliasing-safe way to get at
-// lanes whatever representation SIMDe picked for the 512-bit types.
-template <typename T, int N, typename V>
-inline void to_lanes(T (&out)[N], const V& v) {
-  static_assert(sizeof(out) == sizeof(V), "lane view size");
-  std::memcpy(out, &v, sizeof(V));
-}
-template <typename V, typename T, int N>
-inline V from_lanes(const T (&in)[N]) {
-  static_assert(sizeof(in) == sizeof(V), "lane view size");
-  V v;
-  std::memcpy(&v, in, sizeof(V));
-  return v;
-}
+namespace qsdpa_simde {
 
 // ---- Masked loads / stores -------------------------------------------------------------------
 // Intel semantics: only lanes whose mask bit is set are accessed; the others are zeroed (maskz

@@ -1,4 +1,4 @@
-"""The per-ISA kernel tests, collected again with `kmod` = the SIMDe-emulated AVX-512 modules.
+"""The per-ISA kernel tests, collected again with `kmod` = the SIMDe-emulated AVX-512 and NEON modules.
 
 Every test function of the modules below that takes `kmod` (and not `isa_name`, which means
 "a native, dispatchable variant") is re-exported here, so new kernel tests are picked up without
