@@ -294,3 +294,27 @@ def test_plot_argument_errors(capsys, tmp_path):
     assert code == 2 and "nothing to plot" in err
     code, err = _exit_code(["--targets", "--plot", str(tmp_path / "p.nosuchformat")], capsys)
     assert code == 2 and "unsupported image type" in err
+
+
+def test_paired_scaling_times_both_thread_counts_alternately():
+    set_num_threads(2)
+    p = _bench.paired_scaling("decode", 64, 2, rounds=_bench.MIN_SAMPLES, budget_s=0.0,
+                              rng=__import__("numpy").random.default_rng(0), model="small")
+    assert (p.kind, p.context, p.threads, p.rounds) == ("decode", 64, 2, _bench.MIN_SAMPLES)
+    assert p.t1_us > 0 and p.tn_us > 0 and p.ratio == pytest.approx(p.t1_us / p.tn_us)
+
+
+def test_scaling_targets_judged_on_the_paired_measurement():
+    rs = _full_run()  # the table's rows scale 2x
+    paired = [_bench.PairedScaling("decode", 8192, T, 300.0, 200.0, 40),   # 1.5x: fails
+              _bench.PairedScaling("prefill", 512, T, 1800.0, 1000.0, 12)]  # 1.8x: passes
+    got = _by_name(_bench.evaluate_targets(rs, T, "machine: FMA probe ×1.90", paired))
+    dec = got[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
+    pre = got[f"prefill 512: qsdpa time(t=1) / time(t={T})"]
+    assert (dec.status, round(dec.measured, 2)) == (_bench.FAIL, 1.5)
+    assert (pre.status, round(pre.measured, 2)) == (_bench.PASS, 1.8)
+    assert "40 rounds: 300 / 200 µs" in dec.note and "the table's rows: 2.00×" in dec.note
+    assert dec.note.endswith("machine: FMA probe ×1.90")
+    # without a paired measurement the table's rows decide, as before
+    plain = _by_name(_bench.evaluate_targets(rs, T))[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
+    assert plain.status == _bench.PASS and plain.measured == pytest.approx(2.0)
