@@ -93,11 +93,6 @@ inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bo
   return c;
 }
 
-// Prefetch into L2 spread over a compute loop: when the loop is at key t (< n), the `bytes` at
-// p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
-// into n pieces (ld = bytes).
-// always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
-// only prefetches counts as free of side effects and is deleted (seen with GCC 12).
 // The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
 // go without the loop (its counter and branch cost more than the prefetches themselves).
 __attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes) {
@@ -108,6 +103,11 @@ __attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_
   }
 }
 
+// Prefetch into L2 spread over a compute loop: when the loop is at key t (< n), the `bytes` at
+// p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
+// into n pieces (ld = bytes).
+// always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
+// only prefetches counts as free of side effects and is deleted (seen with GCC 12).
 struct RowPrefetch {
   const int8_t* p = nullptr;
   size_t ld = 0, n = 0, bytes = 0;
