@@ -254,6 +254,16 @@ def _quiet_stderr():
         os.close(saved)
 
 
+def _qsdpa_call(x: "_Inputs") -> Callable[[int], object]:
+    """fn(layer): qsdpa on that layer's cache, as a decode loop calls it (positional qparams, out=).
+    Bottom-right causal: for decode (the query is the last position) it sees the whole cache."""
+    def call(i: int) -> object:
+        k8, ks, kz, v8, vs, vz = x.layers[i][:6]
+        return quantized_sdpa(x.q8, k8, v8, x.start_pos, None, 0.0, True, None, x.qz, x.qs, kz, ks, vz, vs, out=x.out)
+
+    return call
+
+
 class _Peers:
     """The installed peers; callables() gives every implementation's one-call function for a case."""
 
@@ -327,12 +337,7 @@ class _Peers:
         fns: Dict[str, Callable[[int], object]] = {}
         L = x.layers
 
-        # Bottom-right causal: for decode (the query is the last position) it sees the whole cache.
-        def ours(i):
-            k8, ks, kz, v8, vs, vz = L[i][:6]
-            return quantized_sdpa(x.q8, k8, v8, x.start_pos, None, 0.0, True, None, x.qz, x.qs, kz, ks, vz, vs, out=x.out)
-
-        fns["qsdpa"] = ours
+        fns["qsdpa"] = _qsdpa_call(x)
         torch = self.torch
         if torch is not None:
             torch.set_num_threads(case.threads)
@@ -484,11 +489,10 @@ def paired_scaling(kind: str, context: int, threads: int, rounds: int, budget_s:
     machine had then; a ratio of two medians from the same rounds is not skewed by the load
     changing in between. Stops after `rounds` pairs, or after `budget_s` once it has MIN_SAMPLES."""
     case = Case(model, kind, context, 1, 1, "hot")
-    x = _Inputs(case, rng, llc_bytes)
-    k8, ks, kz, v8, vs, vz = x.layers[0][:6]
+    ours = _qsdpa_call(_Inputs(case, rng, llc_bytes))
 
     def call() -> None:
-        quantized_sdpa(x.q8, k8, v8, x.start_pos, None, 0.0, True, None, x.qz, x.qs, kz, ks, vz, vs, out=x.out)
+        ours(0)
 
     samples: Dict[int, List[float]] = {1: [], threads: []}
     for t in samples:  # warm-up: arena growth, the thread team
