@@ -7,9 +7,10 @@
 // FMAs over the widened int8 V row. This runs only those instructions, in the kernel's register
 // tiles (Q.K^T 4 rows x 2 keys, 16 dims a step: widen, vpmaddwd, vpaddd; P.V 4 rows x 24 columns:
 // widen, convert, broadcast, FMA), on a 64-key block that stays in L1, with no softmax, no
-// prefetch, no loop over heads or blocks. Nothing the kernel does can be cheaper than this, so
-// (ns per key-head) x keys x KV heads is a lower bound on a decode call's compute time, to set
-// against the bandwidth floor the benchmark reports (docs/benchmarks.md).
+// prefetch, no loop over heads or blocks. A kernel built from these tiles cannot be cheaper than
+// this, so (ns per key-head) x keys x KV heads is a lower bound on its decode compute time, to set
+// against the bandwidth floor the benchmark reports (docs/benchmarks.md). It is a floor for this
+// design (these tiles, these instructions), not for every AVX2 kernel.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,6 +29,16 @@ alignas(64) float W[kRows][kKeys];
 alignas(64) int32_t dots[kRows][kKeys];
 alignas(64) float acc_out[kRows][kDim];
 
+// vpmaddwd with the query vector from memory, accumulated in place, as the kernel's qdot16: with the
+// intrinsics GCC keeps the products in fresh registers and copies the accumulators around (in an
+// earlier version of this file, 171 vmovdqa per 2-key step, which made the "floor" a spill count).
+__attribute__((always_inline)) inline void qdot16(__m256i& acc, __m256i k, const int16_t* q) {
+  __m256i t;
+  __asm__("vpmaddwd %[q], %[k], %[t]\n\tvpaddd %[t], %[acc], %[acc]"
+          : [t] "=&x"(t), [acc] "+x"(acc)
+          : [k] "x"(k), [q] "m"(*reinterpret_cast<const __m256i*>(q)));
+}
+
 __attribute__((noinline)) void qk_block() {
   for (int j = 0; j < kKeys; j += 2) {
     __m256i a[8];
@@ -37,9 +48,8 @@ __attribute__((noinline)) void qk_block() {
       const __m256i k0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&K[j][d])));
       const __m256i k1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&K[j + 1][d])));
       for (int r = 0; r < kRows; ++r) {
-        const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(&Q[r][d]));
-        a[2 * r] = _mm256_add_epi32(a[2 * r], _mm256_madd_epi16(k0, q));
-        a[2 * r + 1] = _mm256_add_epi32(a[2 * r + 1], _mm256_madd_epi16(k1, q));
+        qdot16(a[2 * r], k0, &Q[r][d]);
+        qdot16(a[2 * r + 1], k1, &Q[r][d]);
       }
     }
     const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
