@@ -55,7 +55,13 @@ struct AttentionPlan {
   size_t kv_splits;      // >1: flash-decoding, KV range split across items and merged afterwards
   size_t items;          // batch * (kv_heads / heads_per_item) * q_blocks * kv_splits
   size_t threads;
+  bool convert_v;        // each V block is converted to fp32 once, for the many rows that read it
 };
+
+// P.V reads each V row once per row tile. With this many query rows per KV head (prefill) the
+// block is converted to fp32 once and the row tiles load floats: that drops the widening from
+// every tile's inner loop. Decode's few rows per head convert on the fly.
+constexpr size_t kConvertVRows = 16;
 
 constexpr size_t kScratchAlign = 64;
 
@@ -70,8 +76,9 @@ struct ScratchLayout {
   size_t qsum_off, qsum_bytes;      // ... and M int32 sums of (q - zq)
   size_t dots_off, dots_bytes;      // int8 query: exact int32 dot products, M x kv_block
   size_t s_off, s_bytes;            // scores / probabilities / weights, M x kv_block fp32
-  size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32)
+  size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32) per KV head
   size_t vcopy_off, vcopy_bytes;    // the block's V rows of one head, packed: kv_block x D int8
+  size_t vf32_off, vf32_bytes;      // ... or converted (AttentionPlan::convert_v): kv_block x D fp32
   size_t max_off, max_bytes;        // running row max, M fp32
   size_t sum_off, sum_bytes;        // running row sum, M fp32
   size_t terms_off, terms_bytes;    // per row: accumulator rescale and V zero-point term, 2 x M fp32
@@ -89,8 +96,9 @@ constexpr size_t kQueryPad = 64;
 
 constexpr size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad - 1) / kQueryPad * kQueryPad; }
 
+// heads: KV heads whose block qparams are gathered together (AttentionPlan::heads_per_item).
 inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
-                                    size_t partial_items) {
+                                    size_t partial_items, size_t heads = 1, bool convert_v = false) {
   ScratchLayout L{};
   size_t off = 0;
   auto place = [&off](size_t bytes, size_t& at, size_t& size) {
@@ -105,8 +113,9 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
   place(i8q * rows * sizeof(int32_t), L.qsum_off, L.qsum_bytes);
   place(i8q * rows * kv_block * sizeof(int32_t), L.dots_off, L.dots_bytes);
   place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
-  place(4 * kv_block * sizeof(float), L.params_off, L.params_bytes);
-  place(kv_block * head_dim, L.vcopy_off, L.vcopy_bytes);
+  place(4 * kv_block * sizeof(float) * heads, L.params_off, L.params_bytes);
+  place(convert_v ? 0 : kv_block * head_dim, L.vcopy_off, L.vcopy_bytes);
+  place(convert_v ? kv_block * head_dim * sizeof(float) : 0, L.vf32_off, L.vf32_bytes);
   place(rows * sizeof(float), L.max_off, L.max_bytes);
   place(rows * sizeof(float), L.sum_off, L.sum_bytes);
   place(2 * rows * sizeof(float), L.terms_off, L.terms_bytes);
@@ -155,7 +164,14 @@ inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size
   }
   P.kv_splits = splits;
   P.items = base * splits;
+  P.convert_v = P.heads_per_item == 1 && rep * P.q_positions >= kConvertVRows;
   return P;
+}
+
+// The scratch layout of one call with this plan.
+inline ScratchLayout plan_scratch_layout(const AttentionPlan& P, const AttentionArgs& A) {
+  return scratch_layout(P.threads, P.rows_per_item, P.kv_block, A.head_dim, A.q8 == nullptr,
+                        P.kv_splits > 1 ? P.items : 0, P.heads_per_item, P.convert_v);
 }
 
 }  // namespace qsdpa

@@ -252,6 +252,7 @@ inline py::dict layout_dict(const ScratchLayout& L) {
   part("scores", L.s_off, L.s_bytes);
   part("block_params", L.params_off, L.params_bytes);
   part("value_rows", L.vcopy_off, L.vcopy_bytes);
+  part("value_f32", L.vf32_off, L.vf32_bytes);
   part("row_max", L.max_off, L.max_bytes);
   part("row_sum", L.sum_off, L.sum_bytes);
   part("row_terms", L.terms_off, L.terms_bytes);
@@ -267,6 +268,7 @@ inline py::dict layout_dict(const ScratchLayout& L) {
 inline py::dict plan_dict(const AttentionPlan& P) {
   py::dict d;
   d["heads_per_item"] = P.heads_per_item;
+  d["convert_v"] = P.convert_v;
   d["rows_per_item"] = P.rows_per_item;
   d["q_positions"] = P.q_positions;
   d["q_blocks"] = P.q_blocks;

@@ -7,15 +7,19 @@ from . import _dispatch
 
 
 def scratch_layout(threads: int, rows: int, kv_block: int, head_dim: int, *, float_query: bool = False,
-                   partial_items: int = 0) -> Dict[str, Any]:
+                   partial_items: int = 0, heads: int = 1, convert_v: bool = False) -> Dict[str, Any]:
     """The per-thread slice layout every variant's attention kernel uses (csrc/attention.h).
 
     Returns ``slice`` ({part: (offset, bytes)} inside one thread's slice), ``slice_bytes``,
     ``partials_offset`` / ``partial_record_bytes`` / ``partials_bytes`` (flash-decoding partials,
     one record per work item) and ``total_bytes`` (what the arena must hold). Every offset is a
-    multiple of 64 bytes.
+    multiple of 64 bytes. ``heads``: KV heads per work item (their block qparams are gathered
+    together); ``convert_v``: V blocks are converted to fp32 in the slice (``value_f32``) instead
+    of packed as int8 (``value_rows``). An attention plan's ``heads_per_item`` and ``convert_v``
+    give the layout its kernel uses.
     """
-    for name, value in (("threads", threads), ("rows", rows), ("kv_block", kv_block), ("head_dim", head_dim)):
+    for name, value in (("threads", threads), ("rows", rows), ("kv_block", kv_block), ("head_dim", head_dim),
+                        ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if value < 1:
@@ -23,7 +27,7 @@ def scratch_layout(threads: int, rows: int, kv_block: int, head_dim: int, *, flo
     if isinstance(partial_items, bool) or not isinstance(partial_items, int) or partial_items < 0:
         raise ValueError(f"partial_items must be an int >= 0, got {partial_items!r}")
     return _dispatch.load_variant("scalar").scratch_layout(threads, rows, kv_block, head_dim, bool(float_query),
-                                                          partial_items)
+                                                          partial_items, heads, bool(convert_v))
 
 
 def arena_stats() -> Dict[str, int]:

@@ -140,6 +140,30 @@ def test_extreme_qparams(kmod):
     check(kmod, case, 62)
 
 
+def _plan(kmod, case, start_pos, is_causal):
+    arr, start, causal, scale, seq_dim2, out = _attention._prepare(
+        case.query, case.key, case.value, start_pos, None, 0.0, is_causal, None, case.q_zero_points, case.q_scales,
+        case.k_zero_points, case.k_scales, case.v_zero_points, case.v_scales, case.seq_dim2, None)
+    return kmod.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
+                               arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None, start,
+                               causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
+
+
+@pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
+def test_prefill_converts_each_v_block_once(kmod, seq_dim2):
+    """16+ query rows per KV head (prefill): P.V reads V blocks converted to fp32 in the slice;
+    decode widens V on the fly. Both are the same attention."""
+    case = make_case(_rng("convert-v", seq_dim2), 1, 8, 2, 48, 300, 128, seq_dim2=seq_dim2)
+    plan = _plan(kmod, case, 252, True)
+    assert plan["convert_v"] and plan["heads_per_item"] == 1
+    assert plan["scratch"]["slice"]["value_f32"][1] == 4 * plan["kv_block"] * 128
+    assert plan["scratch"]["slice"]["value_rows"][1] == 0
+    check(kmod, case, 252, is_causal=True)
+    decode = make_case(_rng("convert-v-decode", seq_dim2), 1, 8, 2, 1, 300, 128, seq_dim2=seq_dim2)
+    assert not _plan(kmod, decode, 299, False)["convert_v"]
+    check(kmod, decode, 299)
+
+
 def test_variants_agree(kmod, isa_name):
     """Every variant against the scalar variant on one decode and one prefill case."""
     scalar = qsdpa._dispatch.load_variant("scalar")
@@ -229,16 +253,19 @@ def test_omp_num_threads_sets_the_default():
 
 
 # --------------------------------------------------------------------------- scratch and the arena
-@pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials",
-                         [(1, 4, 256, 128, False, 0), (2, 64, 256, 128, True, 0), (2, 3, 256, 80, False, 9),
-                          (8, 1, 16, 8, False, 33), (3, 96, 512, 256, True, 12)])
-def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials):
-    L = qsdpa.scratch_layout(threads, rows, kv_block, head_dim, float_query=float_query, partial_items=partials)
+@pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials,heads,convert_v",
+                         [(1, 4, 256, 128, False, 0, 1, False), (2, 64, 256, 128, True, 0, 1, True),
+                          (2, 3, 256, 80, False, 9, 1, False), (8, 1, 16, 8, False, 33, 1, False),
+                          (3, 96, 512, 256, True, 12, 1, True), (2, 32, 64, 128, False, 8, 8, False)])
+def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials, heads, convert_v):
+    L = qsdpa.scratch_layout(threads, rows, kv_block, head_dim, float_query=float_query, partial_items=partials,
+                             heads=heads, convert_v=convert_v)
     # int8 queries are kept as int16 (q - zq), each row zero-padded to a multiple of 64 elements.
     qbytes = rows * head_dim * 4 if float_query else rows * -(-head_dim // 64) * 64 * 2
     i8 = 0 if float_query else 1
     expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 4 * rows,
-                "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block, "value_rows": kv_block * head_dim,
+                "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block * heads,
+                "value_rows": 0 if convert_v else kv_block * head_dim, "value_f32": 4 * kv_block * head_dim if convert_v else 0,
                 "row_max": 4 * rows, "row_sum": 4 * rows, "row_terms": 8 * rows, "accumulator": 4 * rows * head_dim}
     parts = sorted(L["slice"].items(), key=lambda kv: kv[1][0])
     end = 0
@@ -266,8 +293,10 @@ def test_plan_matches_layout_and_arena_is_reused():
                               causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
     # Decode on a [B, S, H, D] cache: one item takes both KV heads (2 x 4 rows), block-major.
     assert plan["heads_per_item"] == 2 and plan["rows_per_item"] == 8 and plan["items"] == plan["kv_splits"]
+    assert not plan["convert_v"]  # 4 rows per KV head: V is widened on the fly
     assert plan["scratch"] == qsdpa.scratch_layout(plan["threads"], plan["rows_per_item"], plan["kv_block"], 64,
-                                                   partial_items=plan["items"] if plan["kv_splits"] > 1 else 0)
+                                                   partial_items=plan["items"] if plan["kv_splits"] > 1 else 0,
+                                                   heads=plan["heads_per_item"])
     qsdpa.quantized_sdpa(case.query, case.key, case.value, 899, out=out, **case.kwargs())
     stats = qsdpa.arena_stats()
     assert stats["capacity_bytes"] >= plan["scratch"]["total_bytes"]

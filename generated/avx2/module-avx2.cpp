@@ -232,8 +232,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
                                                             static_cast<size_t>(force_splits), 64);
-    const qsdpa::ScratchLayout layout = qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
-                                                              A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0);
+    const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
     bool got_memory;
     {
       py::gil_scoped_release nogil;
@@ -260,8 +259,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
                                                             static_cast<size_t>(force_splits), 64);
     py::dict d = qsdpa::plan_dict(plan);
-    d["scratch"] = qsdpa::layout_dict(qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
-                                                            A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0));
+    d["scratch"] = qsdpa::layout_dict(qsdpa::plan_scratch_layout(plan, A));
     return d;
   }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
 

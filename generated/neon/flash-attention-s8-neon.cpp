@@ -12,8 +12,9 @@
 //     so scores are bit-identical across variants (fp32 queries use qk_gemm_f32a);
 //   mask, online softmax (running max and sum per row, vectorised exp);
 //   acc = acc * rescale + W.V - z_row with W = P * s_v (each token's V scale folded into its
-//     weight) and z_row = sum_t W[t] * z_v[t]: int8 V rows are widened in registers, never
-//     dequantized into memory.
+//     weight) and z_row = sum_t W[t] * z_v[t]: int8 V rows are widened in registers (decode), or,
+//     with 16+ rows per KV head (prefill), converted to fp32 once per block in the thread's slice,
+//     never dequantized (the scale and zero point stay out of V).
 // Decode with too few items for the threads splits the KV range (flash-decoding) and merges (max,
 // sum, acc) afterwards. Scratch: one slice per thread of the process-wide arena, laid out by
 // qsdpa::scratch_layout; nothing in it is zero-filled that the kernel overwrites.
@@ -231,22 +232,28 @@ inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, co
   else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
 }
 
+// A vector of V: widened from the int8 cache, or loaded from a block already converted to fp32.
+inline vf vload_v(const int8_t* p) { return vcvt_s8(p); }
+inline vf vload_v(const float* p) { return vload(p); }
+inline vf vload_v_n(const int8_t* p, int n) { return vcvt_s8_n(p, n); }
+inline vf vload_v_n(const float* p, int n) { return vload_n(p, n); }
+
 // W.V for TRt rows at columns [d0, d0 + NVt*NF) (with PARTIAL the last vector has `last` lanes),
 // then acc = acc * rescale + (W.V - z_row), or acc = W.V - z_row on the item's first block.
-template <int TRt, int NVt, bool PARTIAL, bool PF = false>
-inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size_t ldv, size_t d0, int last,
+template <int TRt, int NVt, bool PARTIAL, bool PF = false, typename VT = int8_t>
+inline void pv_tile(size_t nb, const float* w, size_t ldw, const VT* v, size_t ldv, size_t d0, int last,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
                     const RowPrefetch& pf = RowPrefetch{}) {
   vf t[TRt][NVt];
   for (int r = 0; r < TRt; ++r)
     for (int i = 0; i < NVt; ++i) t[r][i] = vzero();
-  const int8_t* vrow = v + d0;
+  const VT* vrow = v + d0;
 #pragma GCC unroll 4
   for (size_t k = 0; k < nb; ++k, vrow += ldv) {
     if (PF) pf.at(k);  // spread over the key loop, not a burst
     vf bv[NVt];
     for (int i = 0; i < NVt; ++i)
-      bv[i] = (PARTIAL && i == NVt - 1) ? vcvt_s8_n(vrow + i * NF, last) : vcvt_s8(vrow + i * NF);
+      bv[i] = (PARTIAL && i == NVt - 1) ? vload_v_n(vrow + i * NF, last) : vload_v(vrow + i * NF);
     for (int r = 0; r < TRt; ++r) {
       const vf wr = vset1(w[r * ldw + k]);
       for (int i = 0; i < NVt; ++i) t[r][i] = vfma(wr, bv[i], t[r][i]);
@@ -265,8 +272,8 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const int8_t* v, size
   }
 }
 
-template <int TRt>
-inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const int8_t* v, size_t ldv,
+template <int TRt, typename VT>
+inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const VT* v, size_t ldv,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
                     const RowPrefetch& pf) {
   constexpr size_t kCols = 4 * NF;
@@ -274,34 +281,62 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
   if (head_dim < kCols) {
     pf.rest(0);
   } else if (pf.n || pf.n2) {  // the prefetch work goes with the first column tile's key loop
-    pv_tile<TRt, 4, false, true>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
+    pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
     pf.rest(nb);
     d0 = kCols;
   }
   for (; d0 + kCols <= head_dim; d0 += kCols)
-    pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+    pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
   const int last = static_cast<int>(rem - static_cast<size_t>(nv - 1) * NF);
   switch (nv) {
     case 1:
-      if (last == NF) pv_tile<TRt, 1, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-      else pv_tile<TRt, 1, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      if (last == NF) pv_tile<TRt, 1, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 1, true, false, VT>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
       break;
     case 2:
-      if (last == NF) pv_tile<TRt, 2, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-      else pv_tile<TRt, 2, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      if (last == NF) pv_tile<TRt, 2, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 2, true, false, VT>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
       break;
     case 3:
-      if (last == NF) pv_tile<TRt, 3, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-      else pv_tile<TRt, 3, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      if (last == NF) pv_tile<TRt, 3, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 3, true, false, VT>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
       break;
     case 4:
-      if (last == NF) pv_tile<TRt, 4, false>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-      else pv_tile<TRt, 4, true>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
+      if (last == NF) pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+      else pv_tile<TRt, 4, true, false, VT>(nb, w, ldw, v, ldv, d0, last, zterm, rescale, acc, lda, first);
       break;
     default: break;
+  }
+}
+
+// W.V for all Mh rows of one head, a row tile at a time; the first row tile does the prefetch work.
+template <typename VT>
+void pv_all_rows(size_t Mh, size_t nb, size_t D, const float* S, size_t ld_s, const VT* v, size_t ldv,
+                 const float* zterm, const float* rescale, float* acc, bool first, const RowPrefetch& pf) {
+  size_t r0 = 0;
+  for (; r0 + 4 <= Mh; r0 += 4)
+    pv_rows<4, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
+                               r0 == 0 ? pf : RowPrefetch{});
+  switch (Mh - r0) {
+    case 1: pv_rows<1, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
+    case 2: pv_rows<2, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
+    case 3: pv_rows<3, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
+                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
+    default: break;
+  }
+}
+
+// The block's nb V rows (ldv apart) as fp32, D floats a row.
+void convert_v_block(size_t nb, size_t D, const int8_t* v, size_t ldv, float* out) {
+  for (size_t j = 0; j < nb; ++j, v += ldv, out += D) {
+    size_t d = 0;
+    for (; d + NF <= D; d += NF) vstore(out + d, vcvt_s8(v + d));
+    if (d < D) vstore_n(out + d, vcvt_s8_n(v + d, static_cast<int>(D - d)), static_cast<int>(D - d));
   }
 }
 
@@ -337,11 +372,9 @@ struct Slice {
   float* rescale;   // per item row: the block's accumulator rescale ...
   float* zterm;     // ... and V zero-point term
   float* acc;       // item rows x D
-  int8_t* vcopy;    // the block's V rows of one head, packed (strided caches)
-  int32_t* kzp;     // the block's per-key qparams
-  float* ksc;
-  float* vsc;
-  float* vzp;
+  int8_t* vcopy;    // the block's V rows of one head, packed (strided caches) ...
+  float* vf32;      // ... or converted to fp32 (AttentionPlan::convert_v)
+  unsigned char* params;  // the block's per-key qparams of each of the item's KV heads (BlockParams)
   int16_t* q16;     // int8 query: item rows x ldq of (q - zq)
   float* qf;        // fp32 query: item rows x D
   float* qcoef;     // q scale * softmax scale
@@ -358,10 +391,8 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   x.zterm = x.rescale + rows;
   x.acc = reinterpret_cast<float*>(slice + L.acc_off);
   x.vcopy = reinterpret_cast<int8_t*>(slice + L.vcopy_off);
-  x.kzp = reinterpret_cast<int32_t*>(slice + L.params_off);
-  x.ksc = reinterpret_cast<float*>(x.kzp + P.kv_block);
-  x.vsc = x.ksc + P.kv_block;
-  x.vzp = x.vsc + P.kv_block;
+  x.vf32 = reinterpret_cast<float*>(slice + L.vf32_off);
+  x.params = slice + L.params_off;
   x.q16 = reinterpret_cast<int16_t*>(slice + L.q_off);
   x.qf = reinterpret_cast<float*>(slice + L.q_off);
   x.qcoef = reinterpret_cast<float*>(slice + L.qscale_off);
@@ -369,17 +400,45 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   return x;
 }
 
-// The block's per-token qparams of one head, strided in the cache, into contiguous vectors. A
-// function of its own: inlined, its pointers would compete for registers with the block's.
-__attribute__((noinline)) void gather_params(size_t nb, const int8_t* __restrict kzp_in, const float* __restrict ksc_in,
-                                             size_t kst, const int8_t* __restrict vzp_in,
-                                             const float* __restrict vsc_in, size_t vst, int32_t* __restrict kzp,
-                                             float* __restrict ksc, float* __restrict vsc, float* __restrict vzp) {
+// One KV head's qparams for the keys of a block, contiguous: kv_block of each.
+struct BlockParams {
+  int32_t* kzp;
+  float* ksc;
+  float* vsc;
+  float* vzp;
+};
+
+inline BlockParams head_params(const Slice& x, size_t kv_block, size_t g) {
+  BlockParams p;
+  p.kzp = reinterpret_cast<int32_t*>(x.params) + g * 4 * kv_block;
+  p.ksc = reinterpret_cast<float*>(p.kzp + kv_block);
+  p.vsc = p.ksc + kv_block;
+  p.vzp = p.vsc + kv_block;
+  return p;
+}
+
+// The block's per-token qparams of hg KV heads, strided in the cache (s: key stride, h: head
+// stride), into each head's contiguous vectors. Keys outer: in a [B, S, H] layout one key's heads
+// are adjacent. A function of its own: inlined, its pointers would compete for registers with the
+// block's.
+__attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t* __restrict kzp_in,
+                                             const float* __restrict ksc_in, size_t ks, size_t kh,
+                                             const int8_t* __restrict vzp_in, const float* __restrict vsc_in,
+                                             size_t vs, size_t vh, size_t kv_block, unsigned char* __restrict out) {
+  int32_t* const kzp = reinterpret_cast<int32_t*>(out);
+  float* const f = reinterpret_cast<float*>(out);
+  const size_t ld = 4 * kv_block;  // one head's four vectors
   for (size_t j = 0; j < nb; ++j) {
-    kzp[j] = kzp_in[j * kst];
-    ksc[j] = ksc_in[j * kst];
-    vsc[j] = vsc_in[j * vst];
-    vzp[j] = static_cast<float>(vzp_in[j * vst]);
+    const int8_t* kz = kzp_in + j * ks;
+    const float* kc = ksc_in + j * ks;
+    const int8_t* vz = vzp_in + j * vs;
+    const float* vc = vsc_in + j * vs;
+    for (size_t g = 0; g < hg; ++g) {
+      kzp[g * ld + j] = kz[g * kh];
+      f[g * ld + kv_block + j] = kc[g * kh];
+      f[g * ld + 2 * kv_block + j] = vc[g * vh];
+      f[g * ld + 3 * kv_block + j] = static_cast<float>(vz[g * vh]);
+    }
   }
 }
 
@@ -387,10 +446,10 @@ __attribute__((noinline)) void gather_params(size_t nb, const int8_t* __restrict
 // online softmax, acc = acc * rescale + W.V - z. L2 prefetch work rides on the first row tile of
 // each phase: pf_qk's during Q.K^T, pf_pv's during P.V (run_item says what they fetch).
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
-                  size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k, const RowPrefetch& pf_qk,
-                  const RowPrefetch& pf_pv) {
+                  const BlockParams& bp, size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k,
+                  const RowPrefetch& pf_qk, const RowPrefetch& pf_pv) {
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
-  const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h, vqp = it.b * A.v_qp.b + kvh * A.v_qp.h;
+  const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h;
   const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
   const int8_t* vblk = A.v + it.b * A.vst.b + kvh * A.vst.h + n0 * A.vst.s;
   float* S = x.S;
@@ -403,8 +462,6 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   float* acc = x.acc + row0 * D;
   if (fetch_k)  // the item's first block: nothing fetched it yet
     for (size_t j = 0; j < nb; ++j) prefetch_row(kblk + j * A.kst.s, D);
-  gather_params(nb, A.k_zp + kqp + n0 * A.k_qp.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s,
-                A.v_zp + vqp + n0 * A.v_qp.s, A.v_scale + vqp + n0 * A.v_qp.s, A.v_qp.s, x.kzp, x.ksc, x.vsc, x.vzp);
 
   // S = scale * Q.K^T
   if (A.q8) {
@@ -429,8 +486,8 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
       const uint32_t qs = static_cast<uint32_t>(x.qsum[row0 + row]);
       const float coef = x.qcoef[row0 + row];
       for (size_t j = 0; j < nb; ++j) {
-        const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(x.kzp[j]) * qs;
-        sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * x.ksc[j]);
+        const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(bp.kzp[j]) * qs;
+        sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * bp.ksc[j]);
       }
     }
   } else {
@@ -462,22 +519,28 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     vf zt = vzero();
     size_t j = 0;
     for (; j + NF <= nb; j += NF) {
-      const vf w = vmul(vload(s + j), vload(x.vsc + j));
+      const vf w = vmul(vload(s + j), vload(bp.vsc + j));
       vstore(s + j, w);
-      zt = vfma(w, vload(x.vzp + j), zt);
+      zt = vfma(w, vload(bp.vzp + j), zt);
     }
     float z = vhsum(zt);
     for (; j < nb; ++j) {
-      s[j] *= x.vsc[j];
-      z += s[j] * x.vzp[j];
+      s[j] *= bp.vsc[j];
+      z += s[j] * bp.vzp[j];
     }
     zterm[row] = z;
   }
 
-  // acc = acc * rescale + W.V - z. Strided V rows (H*D bytes apart) of a long block are packed
-  // first: the column tiles pass over the block's rows D / (PV_VECS * NF) times (per row tile),
-  // and rows that far apart share a handful of L1 sets, so unpacked they would come from L2 on
-  // every pass. Up to 64 rows stay in L1 unpacked (measured: packing them costs more than it saves).
+  // acc = acc * rescale + W.V - z.
+  if (P.convert_v) {  // many row tiles: convert the block once (AttentionPlan::convert_v)
+    convert_v_block(nb, D, vblk, A.vst.s, x.vf32);
+    pv_all_rows<float>(Mh, nb, D, S, ld_s, x.vf32, D, zterm, rescale, acc, first, pf_pv);
+    return;
+  }
+  // Strided V rows (H*D bytes apart) of a long block are packed first: the column tiles pass over
+  // the block's rows D / (PV_VECS * NF) times (per row tile), and rows that far apart share a
+  // handful of L1 sets, so unpacked they would come from L2 on every pass. Up to 64 rows stay in
+  // L1 unpacked (measured: packing them costs more than it saves).
   const int8_t* vsrc = vblk;
   size_t ldv = A.vst.s;
   if (ldv != D && Mh > 0 && nb > 64) {
@@ -492,19 +555,7 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     vsrc = x.vcopy;
     ldv = D;
   }
-  size_t r0 = 0;
-  for (; r0 + 4 <= Mh; r0 += 4)
-    pv_rows<4>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                           r0 == 0 ? pf_pv : RowPrefetch{});
-  switch (Mh - r0) {
-    case 1: pv_rows<1>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
-    case 2: pv_rows<2>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
-    case 3: pv_rows<3>(nb, D, S + r0 * ld_s, ld_s, vsrc, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                   first, r0 == 0 ? pf_pv : RowPrefetch{}); break;
-    default: break;
-  }
+  pv_all_rows<int8_t>(Mh, nb, D, S, ld_s, vsrc, ldv, zterm, rescale, acc, first, pf_pv);
 }
 
 void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* slice,
@@ -557,6 +608,10 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
     const size_t after = k_end - n0 - nb;
     const size_t next_nb = after < P.kv_block ? after : P.kv_block;
     const size_t hg = P.heads_per_item;
+    const size_t kq = it.b * A.k_qp.b + it.kvh0 * A.k_qp.h + n0 * A.k_qp.s;
+    const size_t vq = it.b * A.v_qp.b + it.kvh0 * A.v_qp.h + n0 * A.v_qp.s;
+    gather_params(nb, hg, A.k_zp + kq, A.k_scale + kq, A.k_qp.s, A.k_qp.h, A.v_zp + vq, A.v_scale + vq, A.v_qp.s,
+                  A.v_qp.h, P.kv_block, x.params);
     if (hg > 1) {
       // All heads of a block of keys are one contiguous stretch of K and one of V: the first
       // block is fetched up front, each next one while this one is computed, a slice per head.
@@ -574,13 +629,13 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
         // This head's share of the next block's K and V, a piece of each per key during Q.K^T
         // (its loop is unrolled by whole tiles; P.V's first column tile, with this work, was not).
         const size_t k0 = klen * g / hg, k1 = klen * (g + 1) / hg, v0 = vlen * g / hg, v1 = vlen * (g + 1) / hg;
-        attend_block(A, P, x, it, it.kvh0 + g, g * Mh, Mh, n0, nb, first, false,
+        attend_block(A, P, x, it, it.kvh0 + g, head_params(x, P.kv_block, g), g * Mh, Mh, n0, nb, first, false,
                      spread(kn + k0, k1 - k0, vn + v0, v1 - v0, nb), RowPrefetch{});
       }
     } else {
       // One phase ahead: this block's V rows during its Q.K^T, the next block's K rows during P.V.
       const size_t h = it.kvh0;
-      attend_block(A, P, x, it, h, 0, Mh, n0, nb, first, first,
+      attend_block(A, P, x, it, h, head_params(x, P.kv_block, 0), 0, Mh, n0, nb, first, first,
                    RowPrefetch{A.v + it.b * A.vst.b + h * A.vst.h + n0 * A.vst.s, A.vst.s, nb, A.head_dim},
                    RowPrefetch{A.k + it.b * A.kst.b + h * A.kst.h + (n0 + nb) * A.kst.s, A.kst.s, next_nb, A.head_dim});
     }

@@ -234,8 +234,7 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
                                                             static_cast<size_t>(force_splits), 64);
-    const qsdpa::ScratchLayout layout = qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
-                                                              A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0);
+    const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
     bool got_memory;
     {
       py::gil_scoped_release nogil;
@@ -262,8 +261,7 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
     const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
                                                             static_cast<size_t>(force_splits), 64);
     py::dict d = qsdpa::plan_dict(plan);
-    d["scratch"] = qsdpa::layout_dict(qsdpa::scratch_layout(plan.threads, plan.rows_per_item, plan.kv_block, A.head_dim,
-                                                            A.q8 == nullptr, plan.kv_splits > 1 ? plan.items : 0));
+    d["scratch"] = qsdpa::layout_dict(qsdpa::plan_scratch_layout(plan, A));
     return d;
   }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
 
@@ -272,10 +270,12 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
   qsdpa::register_cpu_features(mod);
   qsdpa::register_scratch_arena(mod);
   mod.def("scratch_layout", [](size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
-                               size_t partial_items) {
-    return qsdpa::layout_dict(qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items));
+                               size_t partial_items, size_t heads, bool convert_v) {
+    return qsdpa::layout_dict(qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items, heads,
+                                                    convert_v));
   }, py::arg("threads"), py::arg("rows"), py::arg("kv_block"), py::arg("head_dim"), py::arg("float_query") = false,
-  py::arg("partial_items") = 0, "The scratch layout every variant's attention kernel uses (csrc/attention.h).");
+  py::arg("partial_items") = 0, py::arg("heads") = 1, py::arg("convert_v") = false,
+  "The scratch layout every variant's attention kernel uses (csrc/attention.h).");
 
   // Test hook: the vectorised exp the softmax uses, applied to a float32 array in place.
   mod.def("_vexp", [](py::handle x_) {
