@@ -314,7 +314,41 @@ def test_scaling_targets_judged_on_the_paired_measurement():
     assert (dec.status, round(dec.measured, 2)) == (_bench.FAIL, 1.5)
     assert (pre.status, round(pre.measured, 2)) == (_bench.PASS, 1.8)
     assert "40 rounds: 300 / 200 µs" in dec.note and "the table's rows: 2.00×" in dec.note
-    assert dec.note.endswith("machine: FMA probe ×1.90")
+    assert dec.note.endswith("machine: FMA probe ×1.90") and "cores probe" not in dec.note
+    paired[0].cores_probe = 1.97
+    dec = _by_name(_bench.evaluate_targets(rs, T, "", paired))[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
+    assert "300 / 200 µs (cores probe ×1.97 before it)" in dec.note
     # without a paired measurement the table's rows decide, as before
     plain = _by_name(_bench.evaluate_targets(rs, T))[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
     assert plain.status == _bench.PASS and plain.measured == pytest.approx(2.0)
+
+
+def test_wait_for_cores_probes_until_every_core_is_free(monkeypatch):
+    assert _bench.wait_for_cores(1, 30.0) == (None, 0.0)     # one thread: nothing to wait for
+    assert _bench.wait_for_cores(2, 0.0) == (None, 0.0)      # turned off
+    rates = iter([6.0, 6.0, 6.0, 6.0, 11.9, 6.0])            # (2 threads, 1 thread) per probe: x1.0, x1.0, x1.98
+    monkeypatch.setattr(_bench, "fma_rate", lambda threads, seconds=0.05, repeats=5: next(rates))
+    monkeypatch.setattr(_bench.time, "sleep", lambda s: None)
+    ratio, waited = _bench.wait_for_cores(2, 30.0)
+    assert ratio == pytest.approx(11.9 / 6.0) and waited < 30.0
+    monkeypatch.setattr(_bench, "fma_rate", lambda threads, seconds=0.05, repeats=5: 6.0)  # never free
+    ratio, waited = _bench.wait_for_cores(2, 0.01)
+    assert ratio == pytest.approx(1.0) and waited >= 0.01  # gives up after the wait, says what it saw
+
+
+def test_cores_note_reports_the_waits():
+    rs = _full_run()
+    assert _bench.cores_note(_meta(), rs) == ""  # not probed
+    for r in rs:
+        r.cores_probe, r.cores_wait_s = 1.95, 0.5
+    rs[3].cores_probe, rs[3].cores_wait_s = 1.02, 30.0
+    meta = dict(_meta(), all_threads=2, cores_wait_max_s=30.0)
+    note = _bench.cores_note(meta, rs)
+    assert "up to 30 s" in note and "≥ 1.8×" in note and "34 s waited in all" in note
+    assert "×1.02–×1.95" in note and f"started without the cores after the wait: {rs[3].case.key}." in note
+    assert note in _bench.markdown_report(meta, rs, _bench.evaluate_targets(rs, T))
+
+
+def test_wait_for_cores_argument_is_checked(capsys):
+    code, err = _exit_code(["--quick", "--wait-for-cores", "-1"], capsys)
+    assert code == 2 and "--wait-for-cores" in err
