@@ -1,6 +1,7 @@
 // The compute floor of the AVX2 decode kernel's two GEMMs on this machine, data in L1.
 //
-//   g++ -O3 -mavx2 -mfma tools/decode_op_floor.cpp -o /tmp/decode_op_floor && /tmp/decode_op_floor
+//   g++ -O3 -mavx2 -mfma -mf16c -Icsrc -Igenerated tools/decode_op_floor.cpp -o /tmp/decode_op_floor
+//   /tmp/decode_op_floor
 //
 // One "key-head" is one key of one KV head in a GQA-4 decode step with head dim 128 (llama3-8b:
 // 32 query heads, 8 KV heads): 4 query rows x 128 dims of exact int8 Q.K^T and 4 x 128 f32 P.V
@@ -20,6 +21,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "avx2/simd-avx2.h"
+
 namespace {
 
 constexpr int kKeys = 64, kDim = 128, kRows = 4;
@@ -29,15 +32,10 @@ alignas(64) float W[kRows][kKeys];
 alignas(64) int32_t dots[kRows][kKeys];
 alignas(64) float acc_out[kRows][kDim];
 
-// vpmaddwd with the query vector from memory, accumulated in place, as the kernel's qdot16: with the
-// intrinsics GCC keeps the products in fresh registers and copies the accumulators around (in an
-// earlier version of this file, 171 vmovdqa per 2-key step, which made the "floor" a spill count).
-__attribute__((always_inline)) inline void qdot16(__m256i& acc, __m256i k, const int16_t* q) {
-  __m256i t;
-  __asm__("vpmaddwd %[q], %[k], %[t]\n\tvpaddd %[t], %[acc], %[acc]"
-          : [t] "=&x"(t), [acc] "+x"(acc)
-          : [k] "x"(k), [q] "m"(*reinterpret_cast<const __m256i*>(q)));
-}
+// The kernel's own Q.K^T step (generated/avx2/simd-avx2.h): vpmaddwd with the query vector from
+// memory, accumulated in place. Written with plain intrinsics GCC copies the accumulators around
+// (an earlier version of this file spilled 171 vmovdqa per 2-key step, and timed the spills).
+using qsdpa::avx2::qdot16;
 
 __attribute__((noinline)) void qk_block() {
   for (int j = 0; j < kKeys; j += 2) {
@@ -48,8 +46,8 @@ __attribute__((noinline)) void qk_block() {
       const __m256i k0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&K[j][d])));
       const __m256i k1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&K[j + 1][d])));
       for (int r = 0; r < kRows; ++r) {
-        qdot16(a[2 * r], k0, &Q[r][d]);
-        qdot16(a[2 * r + 1], k1, &Q[r][d]);
+        a[2 * r] = qdot16(a[2 * r], k0, &Q[r][d]);
+        a[2 * r + 1] = qdot16(a[2 * r + 1], k1, &Q[r][d]);
       }
     }
     const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
