@@ -151,18 +151,21 @@ def last_level_cache_bytes() -> int:
 
 
 def stream_read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 7) -> float:
-    """Median streaming-read bandwidth in bytes/s: numpy sums over a buffer far larger than the LLC,
-    split over `threads` Python threads (numpy releases the GIL in its reduction loops)."""
+    """Median streaming-read bandwidth in bytes/s: the dispatched variant's read probe (every byte
+    read once with its widest loads, GIL released) over a buffer far larger than the LLC, split
+    over `threads` Python threads. numpy's float32 sum is no such probe: it adds about one element
+    per cycle, so on a core with fast memory it times the adds, and the floor comes out too low."""
     from concurrent.futures import ThreadPoolExecutor
 
-    data = np.ones(nbytes // 4, dtype=np.float32)
+    probe = _dispatch.load_variant(_dispatch.get_isa())._read_probe
+    data = np.ones(nbytes, dtype=np.int8)
     chunks = np.array_split(data, threads)
     rates = []
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(np.sum, chunks))
+        list(pool.map(probe, chunks))
         for _ in range(repeats):
             t0 = time.perf_counter()
-            list(pool.map(np.sum, chunks))
+            list(pool.map(probe, chunks))
             rates.append(data.nbytes / (time.perf_counter() - t0))
     return statistics.median(rates)
 
@@ -1060,7 +1063,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"qsdpa bench: variant {meta['isa']}, {meta['machine']['cpu']}, "
           f"{os.cpu_count()} cpus, threads {threads}, {len(cases)} cases, LLC {llc >> 20} MiB, "
           f"load average {meta['load_start']}")
-    print("  streaming-read bandwidth (numpy sums, median): "
+    print("  streaming-read bandwidth (read probe, median): "
           + ", ".join(f"{t} thread(s) {bw / 1e9:.1f} GB/s" for t, bw in bandwidth.items()))
     print("  floor (decode) = (int8 K/V bytes + qparams read) / bandwidth; 'Nx floor' = qsdpa's time / floor")
     print("  compute: " + fma_summary(fma))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from qsdpa import _bench
@@ -189,6 +190,31 @@ def test_fma_probe_every_variant(kmod):
     # 8 chains x 1000 steps of a = a * 0.999999 + 1e-7 from a ~ 1: finite, just below the start
     lanes_sum = kmod._fma_probe(1000)
     assert 0 < lanes_sum < 8 * 64 * 1.01
+
+
+def test_read_probe_every_variant(kmod):
+    # The probe's sum is of the data read as native 64-bit words (mod 2**64) plus the tail bytes:
+    # checking it against numpy shows every byte was read exactly once.
+    rng = np.random.default_rng(0)
+    for n in (0, 7, 64, 1000, 4099):
+        data = rng.integers(-128, 128, n, dtype=np.int8)
+        whole = n // 64 * 64
+        words = data[:whole].view(np.uint64).sum(dtype=np.uint64) if whole else np.uint64(0)
+        want = (int(words) + int(data[whole:].view(np.uint8).sum())) % (1 << 64)
+        assert kmod._read_probe(data) == want, n
+    with pytest.raises(TypeError, match="data"):
+        kmod._read_probe(np.zeros(64, np.float32))
+    with pytest.raises(TypeError, match="data"):
+        kmod._read_probe([1, 2, 3])
+    with pytest.raises(ValueError, match="data"):
+        kmod._read_probe(np.zeros((8, 8), np.int8))
+    with pytest.raises(ValueError, match="data"):
+        kmod._read_probe(np.zeros(128, np.int8)[::2])
+
+
+def test_stream_read_bandwidth_is_a_rate():
+    bw = _bench.stream_read_bandwidth(1, nbytes=1 << 20, repeats=2)
+    assert 1e8 < bw < 1e13  # bytes/s: above any interpreter loop, below any memory
 
 
 def test_markdown_has_header_table_and_targets():

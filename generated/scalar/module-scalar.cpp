@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "array_checks.h"
@@ -308,5 +309,34 @@ PYBIND11_MODULE(_kernels_scalar, mod) {
     // The result, so the chains are not optimised away.
     return vhsum(vadd(vadd(vadd(a0, a1), vadd(a2, a3)), vadd(vadd(a4, a5), vadd(a6, a7))));
   }, py::arg("steps"));
+  // Machine probe for the benchmark's bandwidth floor: reads every byte of a contiguous int8 array
+  // once, eight independent 64-bit sums per 64-byte line (the compiler widens them to this
+  // variant's vectors), GIL released so that Python threads read their own chunks side by side.
+  // A floor measured with a loop slower than the memory (numpy's float32 sum is: ~1 element per
+  // cycle) would be too low a bar.
+  mod.def("_read_probe", [](py::handle data_) {
+    py::array data = qsdpa::as_array(data_, "data");
+    qsdpa::check_dtype<int8_t>(data, "data");
+    if (data.ndim() != 1 || !(data.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
+      throw py::value_error("data must be a 1-D C-contiguous int8 array");
+    const unsigned char* p = static_cast<const unsigned char*>(data.data());
+    const size_t n = static_cast<size_t>(data.size());
+    uint64_t acc[8] = {};
+    size_t i = 0;
+    {
+      py::gil_scoped_release nogil;
+      for (; i + 64 <= n; i += 64)
+        for (int j = 0; j < 8; ++j) {
+          uint64_t w;
+          std::memcpy(&w, p + i + 8 * j, 8);  // the defined way to read bytes as a word
+          acc[j] += w;
+        }
+    }
+    uint64_t sum = 0;
+    for (int j = 0; j < 8; ++j) sum += acc[j];
+    for (; i < n; ++i) sum += p[i];
+    // The result, so the reads are not optimised away.
+    return sum;
+  }, py::arg("data"));
   attach_arena(mod);
 }
