@@ -35,6 +35,14 @@ inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf vcvt_s8(const int8_t* p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(p)))); }
+// The scores of NF keys of one query row, the same operations as the scalar epilogue in
+// flash_attention: float(d) * (coef * ksc) with d = dots - kzp * qs in wrapping int32 arithmetic.
+inline vf vscores(const int32_t* dots, const int32_t* kzp, int32_t qs, const float* ksc, vf coef) {
+  const vi d = _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const vi*>(dots)),
+                                 _mm256_mullo_epi32(_mm256_loadu_si256(reinterpret_cast<const vi*>(kzp)),
+                                                     _mm256_set1_epi32(qs)));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(coef, _mm256_loadu_ps(ksc)));
+}
 // AVX2 has no byte-masked loads: tails go through a zeroed stack copy (never read past p + n).
 inline vf vload_n(const float* p, int n) {
   alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -35,6 +35,14 @@ inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf vcvt_s8(const int8_t* p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(p)))); }
+// The scores of NF keys of one query row, the same operations as the scalar epilogue in
+// flash_attention: float(d) * (coef * ksc) with d = dots - kzp * qs in wrapping int32 arithmetic.
+inline vf vscores(const int32_t* dots, const int32_t* kzp, int32_t qs, const float* ksc, vf coef) {
+  const vi d = _mm512_sub_epi32(_mm512_loadu_si512(reinterpret_cast<const vi*>(dots)),
+                                 _mm512_mullo_epi32(_mm512_loadu_si512(reinterpret_cast<const vi*>(kzp)),
+                                                     _mm512_set1_epi32(qs)));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(coef, _mm512_loadu_ps(ksc)));
+}
 // AVX-512: masked loads never touch the lanes they leave out, so tails read nothing out of bounds.
 inline __mmask16 lanes16(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
 inline vf vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(lanes16(n), p); }

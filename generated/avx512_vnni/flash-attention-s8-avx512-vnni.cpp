@@ -54,35 +54,53 @@ inline void scale_row(float* x, size_t n, float c) {
   for (; j < n; ++j) x[j] *= c;
 }
 
-// One row of scores -> probabilities for this block, updating the row's running max and sum.
-// Returns the factor the row's accumulator must be rescaled by (1 on the first block: unused).
-inline float softmax_row(float* s, size_t nb, float& row_max, float& row_sum, bool first) {
+// The largest of the row's nb scores.
+inline float row_max_of(const float* s, size_t nb) {
   vf vm = vset1(kNegInf);
   size_t j = 0;
   for (; j + NF <= nb; j += NF) vm = vmax(vm, vload(s + j));
   if (j < nb) vm = vmax(vm, vload_fill(s + j, static_cast<int>(nb - j), kNegInf));
-  const float block_max = vhmax(vm);
+  return vhmax(vm);
+}
+
+// One row of scores -> this block's weights W = P * s_v (each token's V scale folded in), given the
+// block's largest score; updates the row's running max and sum and sets its V zero-point term
+// z = sum W * z_v. One pass: exp, sum, weight and z per vector. Returns the factor the row's
+// accumulator must be rescaled by (1 on the first block: unused).
+inline float softmax_weights_row(float* s, size_t nb, float block_max, const float* vsc, const float* vzp,
+                                 float& row_max, float& row_sum, float& zterm, bool first) {
   const float old_max = first ? kNegInf : row_max;
   const float new_max = block_max > old_max ? block_max : old_max;
-  if (new_max == kNegInf) {  // every key so far is masked out: p = 0, the accumulator stays 0
+  if (new_max == kNegInf) {  // every key so far is masked out: W = 0, the accumulator stays 0
     std::memset(s, 0, nb * sizeof(float));
     if (first) row_sum = 0.0f;
     row_max = kNegInf;
+    zterm = 0.0f;
     return 1.0f;
   }
   const vf vmx = vset1(new_max);
-  vf vs = vzero();
-  for (j = 0; j + NF <= nb; j += NF) {
+  vf vs = vzero(), zt = vzero();
+  size_t j = 0;
+  for (; j + NF <= nb; j += NF) {
     const vf p = vexp(vsub(vload(s + j), vmx));
-    vstore(s + j, p);
     vs = vadd(vs, p);
+    const vf w = vmul(p, vload(vsc + j));
+    vstore(s + j, w);
+    zt = vfma(w, vload(vzp + j), zt);
   }
+  float z = vhsum(zt);
   if (j < nb) {
     const int rest = static_cast<int>(nb - j);
     const vf p = vexp(vsub(vload_fill(s + j, rest, kNegInf), vmx));  // padded lanes: exp(-inf) = 0
-    vstore_n(s + j, p, rest);
     vs = vadd(vs, p);
+    alignas(64) float pt[NF];
+    vstore(pt, p);
+    for (int i = 0; i < rest; ++i, ++j) {
+      s[j] = pt[i] * vsc[j];
+      z += s[j] * vzp[j];
+    }
   }
+  zterm = z;
   const float block_sum = vhsum(vs);
   row_max = new_max;
   if (first) {
@@ -193,14 +211,15 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const in
 }
 
 // Q.K^T of TRt rows over the block's nb keys, a tile of kKeys keys at a time. The first row tile
-// (pf != nullptr) also does the block's L2 prefetch work, a piece per key, and fetches key rows 8
-// tiles ahead into L1 (strided rows are beyond the L1 prefetchers; later row tiles find them there).
+// (pf != nullptr) also does the block's L2 prefetch work, a piece per key, and, when more row tiles
+// follow (l1), fetches key rows 8 tiles ahead into L1 for them (strided rows are beyond the L1
+// prefetchers). With one row tile (decode) nothing would read those lines again.
 template <int TRt, size_t HD>
 inline void qk_rows_hd(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                       int32_t* dots, size_t ldd, const RowPrefetch* pf) {
+                       int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
   constexpr size_t kKeys = 4, kAhead = 8 * kKeys;
   size_t j = 0;
-  if (pf) {
+  if (pf && l1) {
     for (; j + kAhead + kKeys <= nb; j += kKeys) {
       for (size_t t = 0; t < kKeys; ++t) {
         pf->at(j + t);
@@ -226,10 +245,10 @@ inline void qk_rows_hd(size_t nb, size_t head_dim, const int16_t* q, size_t ldq,
 // The common head dims get a d loop of compile-time length.
 template <int TRt>
 inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                    int32_t* dots, size_t ldd, const RowPrefetch* pf) {
-  if (head_dim == 128) qk_rows_hd<TRt, 128>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
-  else if (head_dim == 64) qk_rows_hd<TRt, 64>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
-  else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf);
+                    int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
+  if (head_dim == 128) qk_rows_hd<TRt, 128>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
+  else if (head_dim == 64) qk_rows_hd<TRt, 64>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
+  else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
 }
 
 // A vector of V: widened from the int8 cache, or loaded from a block already converted to fp32.
@@ -462,33 +481,51 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   float* acc = x.acc + row0 * D;
   if (fetch_k)  // the item's first block: nothing fetched it yet
     for (size_t j = 0; j < nb; ++j) prefetch_row(kblk + j * A.kst.s, D);
+  // Whether a mask changes any score of this block after Q.K^T (else the scores' pass also finds
+  // each row's largest): an explicit mask, or causal with a key past the first position's last.
+  const bool masked = A.mask_kind != MaskKind::kNone || (A.causal && A.start_pos + it.q0 < n0 + nb - 1);
+  // (A group wider than MAX_ROWS query heads, qpos = 1, has more rows than the stack array.)
+  float block_max[64];
+  const bool have_max = A.q8 && !masked && Mh <= 64;
 
   // S = scale * Q.K^T
   if (A.q8) {
     size_t r0 = 0;
     for (; r0 + 4 <= Mh; r0 += 4)
       qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
-                             r0 == 0 ? &pf_qk : nullptr);
+                             r0 == 0 ? &pf_qk : nullptr, Mh > 4);
     switch (Mh - r0) {
       case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
-                                     r0 == 0 ? &pf_qk : nullptr); break;
+                                     r0 == 0 ? &pf_qk : nullptr, false); break;
       case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
-                                     r0 == 0 ? &pf_qk : nullptr); break;
+                                     r0 == 0 ? &pf_qk : nullptr, false); break;
       case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
-                                     r0 == 0 ? &pf_qk : nullptr); break;
+                                     r0 == 0 ? &pf_qk : nullptr, false); break;
       default: break;
     }
     // d = dot(q - zq, k) - zk * sum(q - zq), in wrapping unsigned arithmetic (the result fits);
-    // then qk_gemm's epilogue, float(d) * ((sq * scale) * sk), for bit-identical scores.
+    // then qk_gemm's epilogue, float(d) * ((sq * scale) * sk), for bit-identical scores. Each row's
+    // largest score comes out of the same pass (unless a mask changes the scores afterwards).
     for (size_t row = 0; row < Mh; ++row) {
       const int32_t* dr = dots + row * ld_s;
       float* sr = S + row * ld_s;
-      const uint32_t qs = static_cast<uint32_t>(x.qsum[row0 + row]);
+      const int32_t qs = x.qsum[row0 + row];
       const float coef = x.qcoef[row0 + row];
-      for (size_t j = 0; j < nb; ++j) {
-        const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(bp.kzp[j]) * qs;
-        sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * bp.ksc[j]);
+      const vf vcoef = vset1(coef);
+      vf vm = vset1(kNegInf);
+      size_t j = 0;
+      for (; j + NF <= nb; j += NF) {
+        const vf sc = vscores(dr + j, bp.kzp + j, qs, bp.ksc + j, vcoef);
+        vstore(sr + j, sc);
+        vm = vmax(vm, sc);
       }
+      float m = vhmax(vm);
+      for (; j < nb; ++j) {
+        const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(bp.kzp[j]) * static_cast<uint32_t>(qs);
+        sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * bp.ksc[j]);
+        m = sr[j] > m ? sr[j] : m;
+      }
+      if (have_max) block_max[row] = m;
     }
   } else {
     const QMatrix kmat{kblk, A.kst.s, A.k_scale + kqp + n0 * A.k_qp.s, A.k_qp.s, A.k_zp + kqp + n0 * A.k_qp.s,
@@ -499,36 +536,26 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
 
   // Mask, online softmax, then W = P * s_v and each row's V zero-point term.
   for (size_t row = 0; row < Mh; ++row) {
-    const size_t h = row_query_head(it, rep, row0 + row), pos = row_position(it, row0 + row);
     float* s = S + row * ld_s;
-    if (A.mask_kind == MaskKind::kAdditive) {
-      const float* mrow = A.mask_add + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
-      size_t j = 0;
-      for (; j + NF <= nb; j += NF) vstore(s + j, vadd(vload(s + j), vload(mrow + j)));
-      for (; j < nb; ++j) s[j] += mrow[j];
-    } else if (A.mask_kind == MaskKind::kKeep) {
-      const uint8_t* mrow = A.mask_keep + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
-      for (size_t j = 0; j < nb; ++j)
-        if (!mrow[j]) s[j] = kNegInf;
+    if (masked) {
+      const size_t h = row_query_head(it, rep, row0 + row), pos = row_position(it, row0 + row);
+      if (A.mask_kind == MaskKind::kAdditive) {
+        const float* mrow = A.mask_add + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
+        size_t j = 0;
+        for (; j + NF <= nb; j += NF) vstore(s + j, vadd(vload(s + j), vload(mrow + j)));
+        for (; j < nb; ++j) s[j] += mrow[j];
+      } else if (A.mask_kind == MaskKind::kKeep) {
+        const uint8_t* mrow = A.mask_keep + it.b * A.mask.b + h * A.mask.h + pos * A.mask.s + n0;
+        for (size_t j = 0; j < nb; ++j)
+          if (!mrow[j]) s[j] = kNegInf;
+      }
+      if (A.causal) {
+        const size_t last_key = A.start_pos + pos;  // bottom-right: keys [0, start_pos + pos]
+        for (size_t j = last_key + 1 > n0 ? last_key + 1 - n0 : 0; j < nb; ++j) s[j] = kNegInf;
+      }
     }
-    if (A.causal) {
-      const size_t last_key = A.start_pos + pos;  // bottom-right: keys [0, start_pos + pos]
-      for (size_t j = last_key + 1 > n0 ? last_key + 1 - n0 : 0; j < nb; ++j) s[j] = kNegInf;
-    }
-    rescale[row] = softmax_row(s, nb, row_max[row], row_sum[row], first);
-    vf zt = vzero();
-    size_t j = 0;
-    for (; j + NF <= nb; j += NF) {
-      const vf w = vmul(vload(s + j), vload(bp.vsc + j));
-      vstore(s + j, w);
-      zt = vfma(w, vload(bp.vzp + j), zt);
-    }
-    float z = vhsum(zt);
-    for (; j < nb; ++j) {
-      s[j] *= bp.vsc[j];
-      z += s[j] * bp.vzp[j];
-    }
-    zterm[row] = z;
+    rescale[row] = softmax_weights_row(s, nb, have_max ? block_max[row] : row_max_of(s, nb), bp.vsc, bp.vzp,
+                                       row_max[row], row_sum[row], zterm[row], first);
   }
 
   // acc = acc * rescale + W.V - z.

@@ -54,6 +54,12 @@ inline float vhsum(vf x) { return vaddvq_f32(x); }
 inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
 inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
 inline float vhmax(vf x) { return vmaxvq_f32(x); }
+// The scores of NF keys of one query row, the same operations as the scalar epilogue in
+// flash_attention: float(d) * (coef * ksc) with d = dots - kzp * qs in wrapping int32 arithmetic.
+inline vf vscores(const int32_t* dots, const int32_t* kzp, int32_t qs, const float* ksc, vf coef) {
+  const int32x4_t d = vmlsq_s32(vld1q_s32(dots), vld1q_s32(kzp), vdupq_n_s32(qs));  // wraps, as vmul/vsub
+  return vmulq_f32(vcvtq_f32_s32(d), vmulq_f32(coef, vld1q_f32(ksc)));
+}
 inline vf vround(vf x) { return vrndnq_f32(x); }
 inline vf vpow2i(vf n) { return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23)); }
 inline vf vzero_where_less(vf x, vf lo, vf y) { return vbslq_f32(vcltq_f32(x, lo), vdupq_n_f32(0.0f), y); }

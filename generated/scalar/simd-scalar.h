@@ -41,6 +41,12 @@ inline vf vpow2i(vf n) {  // 2^n for integral n in [-126, 127]
   return r;
 }
 inline vf vzero_where_less(vf x, vf lo, vf y) { return x < lo ? 0.0f : y; }
+// The scores of NF keys of one query row, the same operations as the scalar epilogue in
+// flash_attention: float(d) * (coef * ksc) with d = dots - kzp * qs in wrapping int32 arithmetic.
+inline vf vscores(const int32_t* dots, const int32_t* kzp, int32_t qs, const float* ksc, vf coef) {
+  const uint32_t d = static_cast<uint32_t>(*dots) - static_cast<uint32_t>(*kzp) * static_cast<uint32_t>(qs);
+  return static_cast<float>(static_cast<int32_t>(d)) * (coef * *ksc);
+}
 
 inline vi dzero() { return 0; }
 inline vd dload_a(const int8_t* p) { return *p; }
