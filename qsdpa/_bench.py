@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import shlex
+import re
 import statistics
 import sys
 import time
@@ -685,11 +686,25 @@ def busy_warning(results: Sequence[Result]) -> str:
             "cases: those timings (multi-threaded ones most) are inflated; rerun on an idle machine.")
 
 
+def measured_text(t: TargetResult, times: str = "x") -> str:
+    """The measured value with 2 decimals, or more when 2 would print the required limit itself: a
+    FAIL must never read "2.00x >= 2x" (it was 1.996)."""
+    if t.measured is None:
+        return "-"
+    limit = re.search(r"\d+(?:\.\d+)?", t.required)
+    text = f"{t.measured:.2f}"
+    for digits in (3, 4):
+        if limit is None or float(text) != float(limit.group()):
+            break
+        text = f"{t.measured:.{digits}f}"
+    return text + times
+
+
 def format_targets(targets: Sequence[TargetResult]) -> List[str]:
     width = max(len(t.target) for t in targets)
     lines = [f"  {'target':{width}s}  {'measured':>9s}  {'required':8s}  status"]
     for t in targets:
-        measured = f"{t.measured:.2f}x" if t.measured is not None else "-"
+        measured = measured_text(t)
         lines.append(f"  {t.target:{width}s}  {measured:>9s}  {t.required:8s}  {t.status}"
                      + (f"  ({t.note})" if t.note else ""))
     n = {s: sum(t.status == s for t in targets) for s in (PASS, FAIL, MISSING, NOT_MEASURED)}
@@ -877,7 +892,7 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
               "A missing peer is reported as missing, not passed." + busy_warning(results), "",
               "| target | measured | required | status | note |", "|---|---:|---|---|---|"]
     for t in targets:
-        measured = f"{t.measured:.2f}×" if t.measured is not None else "-"
+        measured = measured_text(t, "×")
         status = f"**{t.status}**" if t.status in (PASS, FAIL) else t.status
         lines.append(f"| {t.target} | {measured} | {t.required.replace('>=', '≥').replace('<=', '≤')} | {status} | {t.note} |")
     return "\n".join(lines) + "\n"

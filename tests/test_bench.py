@@ -217,6 +217,15 @@ def test_stream_read_bandwidth_is_a_rate():
     assert 1e8 < bw < 1e13  # bytes/s: above any interpreter loop, below any memory
 
 
+def test_measured_text_never_prints_a_fail_as_the_limit():
+    t = _bench.TargetResult("x", ">= 2x", 1.996, _bench.FAIL)
+    assert _bench.measured_text(t) == "1.996x"
+    assert _bench.measured_text(_bench.TargetResult("x", ">= 2x", 1.9999, _bench.FAIL)) == "1.9999x"
+    assert _bench.measured_text(_bench.TargetResult("x", ">= 5x", 6.394, _bench.PASS)) == "6.39x"
+    assert _bench.measured_text(_bench.TargetResult("x", "<= 1.5x", 1.5042, _bench.FAIL), "×") == "1.504×"
+    assert _bench.measured_text(_bench.TargetResult("x", ">= 5x")) == "-"
+
+
 def test_markdown_has_header_table_and_targets():
     rs = _full_run()
     rs[0].missing = {"numpy": "x"}
