@@ -41,6 +41,14 @@ void check_output(const Matrix<float>& c, size_t m, size_t n, std::initializer_l
     QSDPA_REQUIRE(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
 }
 
+// The plan of one quantized_sdpa call on this variant: its registry blocking, the caller's thread
+// count. quantized_sdpa and attention_plan both take it from here, so what attention_plan reports
+// is what the kernel runs.
+qsdpa::AttentionPlan attention_plan_for(const qsdpa::AttentionArgs& A, int threads, int force_splits) {
+  return qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
+                               static_cast<size_t>(force_splits), 64);
+}
+
 // The process-wide scratch arena, owned by the scalar module (see csrc/scratch_arena.h).
 const qsdpa::ArenaApi* g_arena = nullptr;
 
@@ -231,8 +239,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
                                                                  v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
     if (parsed.empty) return py::reinterpret_borrow<py::object>(out);
     const qsdpa::AttentionArgs& A = parsed.args;
-    const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                                                            static_cast<size_t>(force_splits), 64);
+    const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
     const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
     bool got_memory;
     {
@@ -257,8 +264,7 @@ PYBIND11_MODULE(_kernels_avx2, mod) {
     const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
                                                                  v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
     const qsdpa::AttentionArgs& A = parsed.args;
-    const qsdpa::AttentionPlan plan = qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                                                            static_cast<size_t>(force_splits), 64);
+    const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
     py::dict d = qsdpa::plan_dict(plan);
     d["scratch"] = qsdpa::layout_dict(qsdpa::plan_scratch_layout(plan, A));
     return d;
