@@ -54,6 +54,7 @@ SHAPES = [
     (1, 9, 3, 1, 1000, 64, 999, False),      # small model 9/3 heads: splits with 2 threads
     (1, 9, 1, 1, 300, 72, 299, False),       # MQA decode: 9 rows of one KV head (a row-tile tail), D = 72
     (1, 71, 1, 1, 300, 64, 299, False),      # MQA decode, Falcon-7B-like 71 heads: more rows than a work item's 64
+    (1, 32, 16, 1, 1001, 64, 1000, False),   # 16 KV heads: two 8-head groups of the qparam transpose, 1001 keys (a tail)
 ]
 
 

@@ -441,7 +441,19 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
   int32_t* const kzp = reinterpret_cast<int32_t*>(out);
   float* const f = reinterpret_cast<float*>(out);
   const size_t ld = 4 * kv_block;  // one head's four vectors
-  for (size_t j = 0; j < nb; ++j) {
+  size_t j0 = 0;
+  // Heads adjacent (kh = vh = 1), in groups of 8: 8 x 8 transposes, 8 keys at a time (the scalar
+  // loop below was 5% of a llama3-8b decode call).
+  if (hg % 8 == 0 && kh == 1 && vh == 1) {
+    for (; j0 + 8 <= nb; j0 += 8)
+      for (size_t g = 0; g < hg; g += 8) {
+        transpose8_s8_i32(kzp_in + j0 * ks + g, ks, kzp + g * ld + j0, ld);
+        transpose8_f32(ksc_in + j0 * ks + g, ks, f + g * ld + kv_block + j0, ld);
+        transpose8_f32(vsc_in + j0 * vs + g, vs, f + g * ld + 2 * kv_block + j0, ld);
+        transpose8_s8_f32(vzp_in + j0 * vs + g, vs, f + g * ld + 3 * kv_block + j0, ld);
+      }
+  }
+  for (size_t j = j0; j < nb; ++j) {
     const int8_t* kz = kzp_in + j * ks;
     const float* kc = ksc_in + j * ks;
     const int8_t* vz = vzp_in + j * vs;

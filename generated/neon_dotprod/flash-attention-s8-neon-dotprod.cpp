@@ -447,7 +447,8 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
   int32_t* const kzp = reinterpret_cast<int32_t*>(out);
   float* const f = reinterpret_cast<float*>(out);
   const size_t ld = 4 * kv_block;  // one head's four vectors
-  for (size_t j = 0; j < nb; ++j) {
+  size_t j0 = 0;
+  for (size_t j = j0; j < nb; ++j) {
     const int8_t* kz = kzp_in + j * ks;
     const float* kc = ksc_in + j * ks;
     const int8_t* vz = vzp_in + j * vs;
