@@ -39,8 +39,8 @@ import json
 import math
 import os
 import platform
-import shlex
 import re
+import shlex
 import statistics
 import sys
 import time
