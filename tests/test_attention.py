@@ -142,13 +142,13 @@ def test_extreme_qparams(kmod):
     check(kmod, case, 62)
 
 
-def _plan(kmod, case, start_pos, is_causal):
+def _plan(kmod, case, start_pos, is_causal, threads=None):
     arr, start, causal, scale, seq_dim2, out = _attention._prepare(
         case.query, case.key, case.value, start_pos, None, 0.0, is_causal, None, case.q_zero_points, case.q_scales,
         case.k_zero_points, case.k_scales, case.v_zero_points, case.v_scales, case.seq_dim2, None)
     return kmod.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
                                arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None, start,
-                               causal, scale, seq_dim2, out, qsdpa.get_num_threads(), 0)
+                               causal, scale, seq_dim2, out, threads or qsdpa.get_num_threads(), 0)
 
 
 @pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
@@ -305,6 +305,20 @@ def test_plan_matches_layout_and_arena_is_reused():
     for _ in range(20):
         qsdpa.quantized_sdpa(case.query, case.key, case.value, 899, out=out, **case.kwargs())
     assert qsdpa.arena_stats()["growths"] == stats["growths"], "same shape again must not grow the arena"
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_decode_split_counts(kmod, threads):
+    # An all-heads decode item ([B, S, H, D] cache) is split two ways per thread; one-head items
+    # ([B, H, S, D] cache, 2 of them here) up to four items per thread.
+    grouped = _plan(kmod, make_case(_rng("plan"), 1, 8, 2, 1, 4000, 64), 3999, False, threads)
+    assert grouped["heads_per_item"] == 2 and grouped["kv_splits"] == 2 * threads
+    per_head = _plan(kmod, make_case(_rng("plan"), 1, 8, 2, 1, 4000, 64, seq_dim2=True), 3999, False, threads)
+    assert per_head["heads_per_item"] == 1 and per_head["kv_splits"] == -(-4 * threads // 2)
+    assert per_head["items"] == 2 * per_head["kv_splits"]
+    # Never more splits than KV blocks.
+    short = _plan(kmod, make_case(_rng("plan"), 1, 8, 2, 1, 70, 64), 69, False, threads)
+    assert short["kv_splits"] == -(-70 // short["kv_block"])
 
 
 def test_arena_holds_exactly_the_layout_in_a_fresh_process():

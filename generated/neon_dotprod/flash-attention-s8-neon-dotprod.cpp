@@ -591,7 +591,14 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
   const Item it = decode_item(item, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, Mh = rep * it.qn, M = P.heads_per_item * Mh;
   const size_t ldq = query_row_elems(D);
-  const Slice x = carve(L, P, M, slice);
+  Slice x = carve(L, P, M, slice);
+  unsigned char* const rec = P.kv_splits > 1 ? partials + item * L.partial_record_bytes : nullptr;
+  const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
+  if (rec) {  // a split item's running max, sum and accumulator are its partial record: no copy at the end
+    x.row_max = reinterpret_cast<float*>(rec);
+    x.row_sum = reinterpret_cast<float*>(rec + mbytes);
+    x.acc = reinterpret_cast<float*>(rec + 2 * mbytes);
+  }
 
   // Pack the item's query rows. int8 rows become int16 (q - zq), zero-padded to ldq, with their
   // sum and scale * softmax scale.
@@ -688,23 +695,17 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       for (; j + NF <= D; j += NF) vstore(o + j, vmul(vload(a + j), vinv));
       for (; j < D; ++j) o[j] = a[j] * inv;
     }
-  } else {
-    unsigned char* rec = partials + item * L.partial_record_bytes;
-    const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
-    std::memcpy(rec, x.row_max, M * sizeof(float));
-    std::memcpy(rec + mbytes, x.row_sum, M * sizeof(float));
-    std::memcpy(rec + 2 * mbytes, x.acc, M * D * sizeof(float));
   }
 }
 
-// Flash-decoding merge of one (batch, KV head group, query block): rescale each split's partial
-// to the common max and normalise.
+// Flash-decoding merge of one (batch, KV head group, query block), or of part `chunk` of its rows
+// in `chunks` equal parts: rescale each split's partial to the common max and normalise.
 void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* partials,
-                size_t group) {
+                size_t group, size_t chunk = 0, size_t chunks = 1) {
   const Item it = decode_item(group * P.kv_splits, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, M = P.heads_per_item * rep * it.qn;
   const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
-  for (size_t row = 0; row < M; ++row) {
+  for (size_t row = M * chunk / chunks; row < M * (chunk + 1) / chunks; ++row) {
     const size_t h = row_query_head(it, rep, row), pos = row_position(it, row);
     float m = kNegInf;
     for (size_t sp = 0; sp < P.kv_splits; ++sp) {
@@ -761,9 +762,13 @@ void qsdpa_flash_attention_s8__neon_dotprod(const qsdpa::AttentionArgs& args, co
     for (long long item = 0; item < static_cast<long long>(plan.items); ++item)
       run_item(args, plan, layout, slice, partials, static_cast<size_t>(item));
     if (plan.kv_splits > 1) {
-      const long long groups = static_cast<long long>(plan.items / plan.kv_splits);
+      // Fewer groups than threads (decode at B = 1 is one group): each group's rows are shared out.
+      const size_t groups = plan.items / plan.kv_splits;
+      const size_t chunks = groups < static_cast<size_t>(threads) ? static_cast<size_t>(threads) : 1;
+      const long long parts = static_cast<long long>(groups * chunks);
 #pragma omp for schedule(static)
-      for (long long g = 0; g < groups; ++g) merge_item(args, plan, layout, partials, static_cast<size_t>(g));
+      for (long long i = 0; i < parts; ++i)
+        merge_item(args, plan, layout, partials, static_cast<size_t>(i) / chunks, static_cast<size_t>(i) % chunks, chunks);
     }
   }
 }
