@@ -591,18 +591,31 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   pv_all_rows<int8_t>(Mh, nb, D, S, ld_s, vsrc, ldv, zterm, rescale, acc, first, pf_pv);
 }
 
+// A flash-decoding partial record (ScratchLayout::partials_off): the item's running max (M),
+// sum (M) and accumulator (M x D), each part 64-B aligned. Split items run in it; the merge reads it.
+struct Partial {
+  float* max;
+  float* sum;
+  float* acc;
+};
+
+inline Partial partial_record(unsigned char* partials, const ScratchLayout& L, const AttentionPlan& P, size_t item) {
+  unsigned char* rec = partials + item * L.partial_record_bytes;
+  const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
+  return {reinterpret_cast<float*>(rec), reinterpret_cast<float*>(rec + mbytes), reinterpret_cast<float*>(rec + 2 * mbytes)};
+}
+
 void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* slice,
               unsigned char* partials, size_t item) {
   const Item it = decode_item(item, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, Mh = rep * it.qn, M = P.heads_per_item * Mh;
   const size_t ldq = query_row_elems(D);
   Slice x = carve(L, P, M, slice);
-  unsigned char* const rec = P.kv_splits > 1 ? partials + item * L.partial_record_bytes : nullptr;
-  const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
-  if (rec) {  // a split item's running max, sum and accumulator are its partial record: no copy at the end
-    x.row_max = reinterpret_cast<float*>(rec);
-    x.row_sum = reinterpret_cast<float*>(rec + mbytes);
-    x.acc = reinterpret_cast<float*>(rec + 2 * mbytes);
+  if (P.kv_splits > 1) {  // a split item runs in its partial record: nothing to copy at the end
+    const Partial rec = partial_record(partials, L, P, item);
+    x.row_max = rec.max;
+    x.row_sum = rec.sum;
+    x.acc = rec.acc;
   }
 
   // Pack the item's query rows. int8 rows become int16 (q - zq), zero-padded to ldq, with their
@@ -709,21 +722,20 @@ void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLay
                 size_t group, size_t chunk = 0, size_t chunks = 1) {
   const Item it = decode_item(group * P.kv_splits, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, M = P.heads_per_item * rep * it.qn;
-  const size_t mbytes = align_up(P.rows_per_item * sizeof(float));
   for (size_t row = M * chunk / chunks; row < M * (chunk + 1) / chunks; ++row) {
     const size_t h = row_query_head(it, rep, row), pos = row_position(it, row);
     float m = kNegInf;
     for (size_t sp = 0; sp < P.kv_splits; ++sp) {
-      const float* mx = reinterpret_cast<const float*>(partials + (group * P.kv_splits + sp) * L.partial_record_bytes);
-      if (mx[row] > m) m = mx[row];
+      const float mx = partial_record(partials, L, P, group * P.kv_splits + sp).max[row];
+      if (mx > m) m = mx;
     }
     float* o = A.out + it.b * A.o.b + h * A.o.h + pos * A.o.s;
     float total = 0.0f;
     for (size_t sp = 0; sp < P.kv_splits; ++sp) {
-      const unsigned char* rec = partials + (group * P.kv_splits + sp) * L.partial_record_bytes;
-      const float mx = reinterpret_cast<const float*>(rec)[row];
-      const float sm = reinterpret_cast<const float*>(rec + mbytes)[row];
-      const float* a = reinterpret_cast<const float*>(rec + 2 * mbytes) + row * D;
+      const Partial rec = partial_record(partials, L, P, group * P.kv_splits + sp);
+      const float mx = rec.max[row];
+      const float sm = rec.sum[row];
+      const float* a = rec.acc + row * D;
       const float c = mx == kNegInf ? 0.0f : std::exp(mx - m);
       total += sm * c;
       const vf vc = vset1(c);
