@@ -75,9 +75,34 @@ inline QParams qparams(const py::handle& scales_, const py::handle& zps_, const 
   return QParams{sc.data, zp.data, ds.st, span_bytes(sc), span_bytes(zp)};
 }
 
+// Whether x[0], x[step], ... (n of them) are all finite and > 0. No branch per element: with
+// contiguous scales (step 1) the loop vectorises. A compare-and-branch per element took ~30 us of a
+// 2048-key llama3-8b decode call (6% of it on one thread, more on two: the check is serial).
+inline bool scales_valid(const float* x, size_t n, size_t step) {
+  int ok = 1;
+  if (step == 1) {
+    for (size_t i = 0; i < n; ++i) ok &= (x[i] > 0.0f) & (x[i] <= FLT_MAX);  // false for NaN and inf
+  } else {
+    for (size_t i = 0; i < n; ++i) ok &= (x[i * step] > 0.0f) & (x[i * step] <= FLT_MAX);
+  }
+  return ok != 0;
+}
+
 // Every scale the kernel will read must be finite and > 0: tokens [0, n_tokens) of every row.
 inline void check_scales(const QParams& qp, const Dims& d, size_t n_tokens, const char* name) {
-  for (size_t b = 0; b < d.b; ++b)
+  bool ok = true;
+  for (size_t b = 0; ok && b < d.b; ++b) {
+    const float* base = qp.scale + b * qp.st.b;
+    if (qp.st.h == 1 && qp.st.s == d.h) {  // [B, S, H, 1] contiguous: one run of n_tokens x H
+      ok = scales_valid(base, n_tokens * d.h, 1);
+    } else if (qp.st.s <= qp.st.h) {  // a row of tokens per head
+      for (size_t h = 0; ok && h < d.h; ++h) ok = scales_valid(base + h * qp.st.h, n_tokens, qp.st.s);
+    } else {  // the heads of each token
+      for (size_t s = 0; ok && s < n_tokens; ++s) ok = scales_valid(base + s * qp.st.s, d.h, qp.st.h);
+    }
+  }
+  if (ok) return;
+  for (size_t b = 0; b < d.b; ++b)  // name the first bad one
     for (size_t h = 0; h < d.h; ++h)
       for (size_t s = 0; s < n_tokens; ++s) {
         const float x = qp.scale[b * qp.st.b + h * qp.st.h + s * qp.st.s];

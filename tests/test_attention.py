@@ -124,6 +124,24 @@ def test_keys_past_the_window_are_never_read(kmod):
     np.testing.assert_array_equal(run_variant(kmod, case, 100, is_causal=True), first)
 
 
+@pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 0.0, -1.0], ids=["nan", "inf", "-inf", "zero", "negative"])
+def test_every_scale_read_is_checked(kmod, seq_dim2, bad):
+    """The K/V scale check is one vectorised pass over the scales a call reads: a bad scale at the
+    first key, inside the vector body or at the last key read, in any batch and head, is a
+    ValueError naming the argument and its position, and `out` is left untouched."""
+    start = 60  # decode: keys [0, 61) are read
+    for name in ("k_scales", "v_scales"):
+        for b, h, pos in [(0, 0, 0), (1, 1, 37), (1, 0, start), (0, 1, 59)]:
+            case = make_case(_rng("scale-check", seq_dim2), 2, 4, 2, 1, 70, 16, seq_dim2=seq_dim2)
+            scales = getattr(case, name)
+            scales[(b, h, pos, 0) if seq_dim2 else (b, pos, h, 0)] = bad
+            out = np.full(case.query.shape, 7.0, np.float32)
+            with pytest.raises(ValueError, match=f"{name} must be finite and > 0.* at batch {b}, head {h}, position {pos}$"):
+                run_variant(kmod, case, start, out=out)
+            assert (out == 7.0).all()
+
+
 def test_scale_argument(kmod):
     case = make_case(_rng("scale"), 1, 4, 4, 3, 40, 64)
     check(kmod, case, 30, scale=0.3)
