@@ -2,6 +2,7 @@
 
     python tests/child_workloads.py threads --threads 8 --calls 1000
     python tests/child_workloads.py rss --calls 10000 --warmup 2000
+    OMP_THREAD_LIMIT=1 python tests/child_workloads.py few-threads --threads 3
 
 A fresh process has a fresh scratch arena: the thread workload then makes the arena grow while
 other threads' calls are running (a sanitizer build would report a slice freed under a running
@@ -132,15 +133,47 @@ def rss_workload(calls: int, warmup: int) -> Dict:
             "growth_bytes": after - before, "samples": samples}
 
 
+def few_threads_workload(n_threads: int) -> Dict:
+    """Decode calls planned for n_threads kernel threads, whose KV range is split (flash-decoding),
+    against the float64 reference. Run with OMP_THREAD_LIMIT=1 (or from inside another parallel
+    region), OpenMP gives the kernel fewer threads than it planned for: the threads it does get
+    must run every split and every part of the merge."""
+    from qsdpa import _attention
+
+    qsdpa.set_num_threads(n_threads)
+    rng = np.random.default_rng(11)
+    worst, splits = 0.0, []
+    for b, hq, hkv, skv, d, seq2 in [(1, 8, 2, 1000, 64, False), (1, 8, 2, 1000, 64, True), (2, 9, 3, 700, 32, False),
+                                     (1, 32, 8, 300, 128, False)]:
+        case = make_case(rng, b, hq, hkv, 1, skv, d, seq_dim2=seq2)
+        arr, start, causal, scale, sd2, out = _attention._prepare(
+            case.query, case.key, case.value, skv - 1, None, 0.0, False, None, case.q_zero_points, case.q_scales,
+            case.k_zero_points, case.k_scales, case.v_zero_points, case.v_scales, seq2, None)
+        module = qsdpa._dispatch.selection().module
+        plan = module.attention_plan(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
+                                     arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None,
+                                     start, causal, scale, sd2, out, n_threads, 0)
+        splits.append(plan["kv_splits"])
+        got = qsdpa.quantized_sdpa(case.query, case.key, case.value, skv - 1, **case.kwargs()).astype(np.float64)
+        ref = case.reference(skv - 1)
+        vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
+        ratio = np.abs(got - ref) / (3e-5 * vmax + 3e-5 * np.abs(ref))
+        worst = max(worst, float(ratio.max()) if np.isfinite(ratio).all() else float("inf"))  # NaN fails too
+    return {"variant": qsdpa.get_isa(), "threads": n_threads, "omp_thread_limit": os.environ.get("OMP_THREAD_LIMIT"),
+            "kv_splits": splits, "worst_error_over_tolerance": worst}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=("threads", "rss"))
+    ap.add_argument("workload", choices=("threads", "rss", "few-threads"))
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=2000)
     args = ap.parse_args()
     if args.workload == "threads":
         print(json.dumps(threads_workload(args.threads, args.calls)))
+    elif args.workload == "few-threads":
+        print(json.dumps(few_threads_workload(args.threads)))
     else:
         print(json.dumps(rss_workload(args.calls, args.warmup)))
 

@@ -25,8 +25,8 @@ THREADS = 8
 CALLS = 25 if os.environ.get("QSDPA_CI_PYTHON_WRAPPER") else 1000
 
 
-def run_child(isa_name: str, *args: str, timeout: float = 900) -> dict:
-    env = child_env(QSDPA_ISA=isa_name)
+def run_child(isa_name: str, *args: str, timeout: float = 900, **env_extra: str) -> dict:
+    env = child_env(QSDPA_ISA=isa_name, **env_extra)
     try:
         proc = subprocess.run([sys.executable, str(CHILD), *args], env=env, capture_output=True, text=True,
                               timeout=timeout)
@@ -44,3 +44,15 @@ def test_concurrent_calls_match_serial_calls(isa_name):
     assert r["mismatches"] == 0, f"{r['mismatches']} of {r['total_calls']} concurrent results differ from serial ones"
     assert r["overlapping_calls"] > 0, "no two calls overlapped: the workload did not run concurrently"
     assert r["arena_growths_while_concurrent"] >= 1, "the arena never grew under concurrent calls"
+
+
+def test_split_decode_when_openmp_gives_fewer_threads(isa_name):
+    """Flash-decoding planned for 3 threads (KV splits and a merge shared out by rows), run by the
+    1 thread OpenMP allows (OMP_THREAD_LIMIT=1; a call from inside another parallel region gets the
+    same): that thread runs every split and every part of the merge. Results stay within the
+    attention tests' tolerance of the float64 reference."""
+    r = run_child(isa_name, "few-threads", "--threads", "3", OMP_THREAD_LIMIT="1")
+    print(r)
+    assert r["variant"] == isa_name and r["omp_thread_limit"] == "1"
+    assert all(s > 1 for s in r["kv_splits"]), "every case must be split"
+    assert r["worst_error_over_tolerance"] <= 1.0
