@@ -76,8 +76,8 @@ inline QParams qparams(const py::handle& scales_, const py::handle& zps_, const 
 }
 
 // Whether x[0], x[step], ... (n of them) are all finite and > 0. No branch per element: with
-// contiguous scales (step 1) the loop vectorises. A compare-and-branch per element took ~30 us of a
-// 2048-key llama3-8b decode call (6% of it on one thread, more on two: the check is serial).
+// contiguous scales (step 1) the loop vectorises. A compare-and-branch per element took ~41 us per
+// 8193 x 8 scales, ~20 us of a 2048-key llama3-8b decode call, serial before the threads start.
 inline bool scales_valid(const float* x, size_t n, size_t step) {
   int ok = 1;
   if (step == 1) {

@@ -70,6 +70,16 @@ class Case:
         return self.to_bhsd(ref)  # back to the input layout (swapaxes is its own inverse)
 
 
+# The attention tests' tolerance (see tests/test_attention.py): |out - ref| <= ATOL * max|V| + RTOL * |ref|.
+RTOL = ATOL = 3e-5
+
+
+def error_over_tolerance(case: "Case", out, ref) -> np.ndarray:
+    """|out - ref| over the tolerance, elementwise: <= 1 passes; NaN in out gives NaN, which fails."""
+    vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
+    return np.abs(np.asarray(out, np.float64) - ref) / (ATOL * vmax + RTOL * np.abs(ref))
+
+
 def make_case(rng, batch, q_heads, kv_heads, q_len, kv_len, head_dim, *, float_query=False, seq_dim2=False,
               spread=1.0) -> Case:
     def shape(h, s, d):

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qsdpa  # noqa: E402
-from attention_reference import make_case  # noqa: E402
+from attention_reference import error_over_tolerance, make_case  # noqa: E402
 
 # Mixed shapes (batch, q_heads, kv_heads, q_len, kv_len, head_dim, float query, [B,H,S,D], mask),
 # smallest first so that the arena keeps growing while the threads run.
@@ -154,10 +154,8 @@ def few_threads_workload(n_threads: int) -> Dict:
                                      arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], None,
                                      start, causal, scale, sd2, out, n_threads, 0)
         splits.append(plan["kv_splits"])
-        got = qsdpa.quantized_sdpa(case.query, case.key, case.value, skv - 1, **case.kwargs()).astype(np.float64)
-        ref = case.reference(skv - 1)
-        vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
-        ratio = np.abs(got - ref) / (3e-5 * vmax + 3e-5 * np.abs(ref))
+        got = qsdpa.quantized_sdpa(case.query, case.key, case.value, skv - 1, **case.kwargs())
+        ratio = error_over_tolerance(case, got, case.reference(skv - 1))
         worst = max(worst, float(ratio.max()) if np.isfinite(ratio).all() else float("inf"))  # NaN fails too
     return {"variant": qsdpa.get_isa(), "threads": n_threads, "omp_thread_limit": os.environ.get("OMP_THREAD_LIMIT"),
             "kv_splits": splits, "worst_error_over_tolerance": worst}
