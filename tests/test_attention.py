@@ -337,6 +337,26 @@ def test_decode_split_counts(kmod, threads):
     assert short["kv_splits"] == -(-70 // short["kv_block"])
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("n_keys", [70, 2049, 4000, 8193])
+def test_decode_split_ranges(kmod, threads, n_keys):
+    # KV splits cover the keys once, in order, in 16-key steps; the first `threads` splits (the
+    # ones the threads start on together) are 16x the rest, which go to whoever finishes first.
+    plan = _plan(kmod, make_case(_rng("plan"), 1, 8, 2, 1, n_keys, 64), n_keys - 1, False, threads)
+    firsts = plan["split_first_keys"]
+    splits = plan["kv_splits"]
+    assert len(firsts) == splits + 1 and firsts[0] == 0 and firsts[-1] == n_keys
+    assert all(a <= b for a, b in zip(firsts, firsts[1:]))
+    assert all(f % 16 == 0 for f in firsts[:-1])
+    sizes = [b - a for a, b in zip(firsts, firsts[1:])]
+    if splits > threads:
+        big, small = sizes[:threads], sizes[threads:]
+        assert max(big) - min(big) <= 16, sizes
+        assert 8 * max(small) <= min(big) and max(big) <= 32 * min(small), sizes  # ~16x, boundaries rounded
+    else:
+        assert max(sizes) - min(sizes) <= 16, sizes
+
+
 def test_arena_holds_exactly_the_layout_in_a_fresh_process():
     import subprocess
     import sys

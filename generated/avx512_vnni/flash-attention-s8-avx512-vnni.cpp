@@ -651,12 +651,9 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
   size_t key_end = A.n_keys;
   if (A.causal && A.start_pos + it.q0 + it.qn < key_end) key_end = A.start_pos + it.q0 + it.qn;
   size_t k_begin = 0, k_end = key_end;
-  if (P.kv_splits > 1) {  // equal shares, in whole 16-key steps
-    const size_t per = ((key_end + P.kv_splits - 1) / P.kv_splits + 15) / 16 * 16;
-    k_begin = it.split * per;
-    k_end = (it.split + 1) * per;
-    if (k_begin > key_end) k_begin = key_end;
-    if (k_end > key_end) k_end = key_end;
+  if (P.kv_splits > 1) {
+    k_begin = split_first_key(key_end, P.kv_splits, P.threads, it.split);
+    k_end = split_first_key(key_end, P.kv_splits, P.threads, it.split + 1);
   }
 
   // Block-major over the item's KV heads: in a [B, S, H, D] cache the heads of a block of keys are

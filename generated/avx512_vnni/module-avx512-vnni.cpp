@@ -267,6 +267,11 @@ PYBIND11_MODULE(_kernels_avx512_vnni, mod) {
     const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
     py::dict d = qsdpa::plan_dict(plan);
     d["scratch"] = qsdpa::layout_dict(qsdpa::plan_scratch_layout(plan, A));
+    // Each KV split's first key, and the end, for a query block that attends all n_keys keys.
+    py::list firsts;
+    for (size_t s = 0; s <= plan.kv_splits; ++s)
+      firsts.append(qsdpa::split_first_key(A.n_keys, plan.kv_splits, plan.threads, s));
+    d["split_first_keys"] = firsts;
     return d;
   }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
 
