@@ -79,10 +79,10 @@ struct ScratchLayout {
   size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32) per KV head
   size_t vcopy_off, vcopy_bytes;    // the block's V rows of one head, packed: kv_block x D int8
   size_t vf32_off, vf32_bytes;      // ... or converted (AttentionPlan::convert_v): kv_block x D fp32
-  size_t max_off, max_bytes;        // running row max, M fp32
-  size_t sum_off, sum_bytes;        // running row sum, M fp32
+  size_t max_off, max_bytes;        // running row max, M fp32 (none with partials: the record has it)
+  size_t sum_off, sum_bytes;        // running row sum, M fp32 (likewise)
   size_t terms_off, terms_bytes;    // per row: accumulator rescale and V zero-point term, 2 x M fp32
-  size_t acc_off, acc_bytes;        // output accumulator, M x D fp32
+  size_t acc_off, acc_bytes;        // output accumulator, M x D fp32 (likewise)
   size_t slice_bytes;
   size_t threads;
   // Flash-decoding partials, one record per item: max (M), sum (M), acc (M x D), each 64-B aligned.
@@ -116,10 +116,13 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
   place(4 * kv_block * sizeof(float) * heads, L.params_off, L.params_bytes);
   place(convert_v ? 0 : kv_block * head_dim, L.vcopy_off, L.vcopy_bytes);
   place(convert_v ? kv_block * head_dim * sizeof(float) : 0, L.vf32_off, L.vf32_bytes);
-  place(rows * sizeof(float), L.max_off, L.max_bytes);
-  place(rows * sizeof(float), L.sum_off, L.sum_bytes);
+  // With KV splits every item is a split item and runs in its partial record: no row max, sum or
+  // accumulator in the slice (16 KiB a thread for llama3-8b decode).
+  const size_t running = partial_items ? 0 : 1;
+  place(running * rows * sizeof(float), L.max_off, L.max_bytes);
+  place(running * rows * sizeof(float), L.sum_off, L.sum_bytes);
   place(2 * rows * sizeof(float), L.terms_off, L.terms_bytes);
-  place(rows * head_dim * sizeof(float), L.acc_off, L.acc_bytes);
+  place(running * rows * head_dim * sizeof(float), L.acc_off, L.acc_bytes);
   L.slice_bytes = off;
   L.threads = threads;
   L.partials_off = L.slice_bytes * threads;
