@@ -183,11 +183,10 @@ constexpr size_t kBigSplitWeight = 16;
 // are handed out in order as threads come free, so the first `threads` splits start together:
 // they get 16x the keys of the rest, which go to whichever threads finish first. The cores of a
 // shared VM slow down one at a time, and a sleeping worker starts late: with equal shares the
-// call waits for the slower thread's second share (llama3-8b decode at 2 threads, 4 splits: 2-5%
+// call waits for the slower thread's second share (llama3-8b decode at 2 threads, 4 splits: 3-8%
 // faster hot and cold, paired A/B). Each split's keys, and so its partial record, depend only on
 // the plan, never on which thread ran it: results stay the same bits.
 inline size_t split_first_key(size_t n, size_t splits, size_t threads, size_t s) {
-  if (s == 0) return 0;
   if (s >= splits) return n;
   const size_t big = splits > threads ? threads : 0;  // no small splits to balance with: equal shares
   const size_t total = big * kBigSplitWeight + (splits - big);

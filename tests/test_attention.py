@@ -15,7 +15,7 @@ import pytest
 
 import qsdpa
 from qsdpa import _attention
-from attention_reference import ATOL, error_over_tolerance, make_case
+from attention_reference import error_over_tolerance, make_case
 
 
 def _rng(*key):
@@ -34,9 +34,8 @@ def check(kmod, case, start_pos, *, mask=None, is_causal=False, scale=None, forc
     ref = case.reference(start_pos, mask, is_causal, scale)
     assert out.shape == case.query.shape and out.dtype == np.float32
     ratio = error_over_tolerance(case, out, ref)
-    vmax = float(np.abs(qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points)).max())
-    assert (ratio <= 1).all(), (f"max error {np.abs(out.astype(np.float64) - ref).max():.3g} "
-                                f"(tolerance {ATOL * vmax:.3g})")
+    assert (ratio <= 1).all(), (f"max error {np.abs(out.astype(np.float64) - ref).max():.3g}, "
+                                f"{np.nanmax(ratio):.3g}x the tolerance")
     return out
 
 
