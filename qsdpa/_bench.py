@@ -10,7 +10,9 @@ is reported as missing, never silently dropped.
 Decode runs hot (the same K/V every call; with peers interleaved, each timed call is preceded by
 an untimed call of the same implementation, so its own data is what the caches hold) and cold
 (rotating through enough layers' caches to exceed the last-level cache), with the int8 bytes read
-over the measured streaming-read bandwidth as the floor.
+over the measured streaming-read bandwidth as the floor. Before each timed call every core the
+case uses is kept busy for a few milliseconds (_settle): earlier implementations' spinning threads
+go quiet, and no vCPU the call needs has idled down meanwhile.
 
 Budget: each implementation gets an equal share of --budget seconds per case and stops once it has
 used its share and has at least 5 samples (or --rounds samples), so a slow peer (ExecuTorch int8
@@ -429,12 +431,57 @@ def others_cores(before, after) -> Optional[float]:
 SETTLE_S = 0.005  # pause before each implementation's calls (see run_case)
 
 
-def _settle(seconds: float) -> None:
-    """Wait while keeping this core busy: a sleep lets a VM's vCPU idle down (clock, caches), which
-    costs a sub-millisecond call far more than a long one and would skew the ratios."""
+_SPIN_CHUNK_S = 2e-4  # one FMA-probe call of _settle's helper threads (the GIL is free meanwhile)
+_spin_state: Dict[str, object] = {}
+
+
+def _spin_probe():
+    """(the FMA probe, its steps per ~_SPIN_CHUNK_S), calibrated on first use."""
+    if "steps" not in _spin_state:
+        probe = _dispatch.load_variant(_dispatch.get_isa())._fma_probe
+        steps = 1 << 10
+        while True:  # calibrate over >= 1 ms
+            t0 = time.perf_counter()
+            probe(steps)
+            elapsed = time.perf_counter() - t0
+            if elapsed >= 1e-3 or steps >= 1 << 30:
+                break
+            steps *= 2
+        _spin_state["probe"] = probe
+        _spin_state["steps"] = max(1, int(_SPIN_CHUNK_S * steps / max(elapsed, 1e-9)))
+    return _spin_state["probe"], _spin_state["steps"]
+
+
+def _settle(seconds: float, threads: int = 1) -> None:
+    """Wait while keeping `threads` cores busy: a sleep lets a VM's vCPU idle down (clock, caches),
+    which costs a sub-millisecond call far more than a long one and would skew the ratios.
+
+    With threads > 1, this thread and `threads - 1` helper threads run the FMA probe (GIL released)
+    in short calls until the deadline. Busy-waiting on this core alone left the
+    others idle: a 2-thread decode call after it then ran with a cold second vCPU (llama3-8b, 2048
+    keys, hot, peers in between: median 352 us after 5 ms on one core against 337 us on both, 456
+    against 290 us after 30 ms). A model's other layers keep every core busy between two attention
+    calls; the peers' calls, tens of milliseconds long, hardly notice either way."""
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+    if threads <= 1:
+        while time.perf_counter() < end:
+            pass
+        return
+    import threading
+
+    probe, steps = _spin_probe()
+
+    def spin() -> None:
+        while time.perf_counter() < end:
+            probe(steps)
+
+    # Threads of their own, not a pool's: an executor may queue the tasks on one idle worker.
+    helpers = [threading.Thread(target=spin, name="qsdpa-bench-settle") for _ in range(threads - 1)]
+    for h in helpers:
+        h.start()
+    spin()
+    for h in helpers:
+        h.join()
 
 
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
@@ -471,7 +518,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 # Let the previous implementation's worker threads (libgomp's, torch's intra-op pool,
                 # ExecuTorch's pthreadpool) finish spinning: on a 2-core machine a spinning peer
                 # thread takes a core from the next implementation's threads.
-                _settle(SETTLE_S)
+                _settle(SETTLE_S, case.threads)
                 w0 = time.perf_counter()
                 if rewarm:
                     fn(layer)
@@ -539,7 +586,7 @@ def paired_scaling(kind: str, context: int, threads: int, rounds: int, budget_s:
     for i in range(rounds):
         for t in samples:
             set_num_threads(t)
-            _settle(SETTLE_S)
+            _settle(SETTLE_S, threads)  # every core the t=N call uses, before either call
             call()  # re-warm, as in run_case
             t0 = time.perf_counter()
             call()
@@ -864,6 +911,8 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         "× floor = qsdpa time / ((int8 K/V + qparams bytes) / bandwidth) (decode); "
         "peer columns = peer time / qsdpa time (> 1: qsdpa faster). "
         "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC. "
+        "Each timed call (with a hot decode's untimed re-warm call before it) follows "
+        f"{SETTLE_S * 1e3:g} ms with every core the case uses kept busy, as a model's other layers would keep them. "
         "Others: CPUs that other processes kept busy during the case (timings on a shared machine)."
         + cores_note(meta, results),
         "",

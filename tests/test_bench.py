@@ -387,3 +387,26 @@ def test_cores_note_reports_the_waits():
 def test_wait_for_cores_argument_is_checked(capsys):
     code, err = _exit_code(["--quick", "--wait-for-cores", "-1"], capsys)
     assert code == 2 and "--wait-for-cores" in err
+
+
+def test_settle_busies_every_core_it_is_given_until_the_deadline(monkeypatch):
+    import threading
+    import time
+
+    callers = []
+
+    def probe(steps):  # stands in for the FMA probe: who ran it; like it, lets go of the GIL
+        callers.append(threading.get_ident())
+        time.sleep(1e-4)
+
+    _bench._spin_probe()  # the real calibration, then the stand-in probe
+    monkeypatch.setitem(_bench._spin_state, "probe", probe)
+    for threads, seconds in ((1, 0.01), (2, 0.02), (3, 0.02)):
+        callers.clear()
+        t0 = time.perf_counter()
+        _bench._settle(seconds, threads)
+        assert time.perf_counter() - t0 >= seconds
+        if threads == 1:
+            assert callers == []  # this thread's busy loop only
+        else:
+            assert threading.get_ident() in callers and len(set(callers)) == threads
