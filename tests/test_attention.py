@@ -44,6 +44,7 @@ SHAPES = [
     (1, 32, 8, 1, 2048, 128, 2047, False),   # decode deep into the cache, Llama-3-like GQA 4
     (1, 8, 2, 64, 64, 64, 0, True),          # prefill
     (1, 8, 2, 37, 333, 64, 200, True),       # chunked prefill, start_pos > 0, odd lengths
+    (1, 8, 2, 40, 300, 64, 250, True),       # chunked prefill: a KV block starts on a query block's diagonal (row tiles with no key in it)
     (2, 4, 4, 5, 77, 80, 60, True),          # B > 1, MHA, D = 80
     (1, 8, 1, 3, 129, 96, 100, False),       # MQA, non-causal, D = 96
     (2, 16, 2, 1, 700, 8, 500, False),       # GQA 8, tiny head dim, decode with KV splits

@@ -331,21 +331,38 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
   }
 }
 
-// W.V for all Mh rows of one head, a row tile at a time; the first row tile does the prefetch work.
+// How many of a block's keys a row tile needs. Causal, with several query positions per item: a
+// row sees the keys up to its own position, so on the block holding the diagonal a tile needs
+// only up to its last row's (a prefill item's 16 positions would otherwise compute ~7.5 keys a row
+// that the mask then drops). Everywhere else: the whole block.
+struct KeyLimits {
+  size_t nb = 0;
+  bool trim = false;
+  uint32_t row[64];
+  size_t operator()(size_t r0, size_t rows) const {
+    if (!trim) return nb;
+    uint32_t m = 0;
+    for (size_t r = r0; r < r0 + rows; ++r) m = row[r] > m ? row[r] : m;
+    return m;
+  }
+};
+
+// W.V for all Mh rows of one head, a row tile at a time over the keys it needs; the first row tile
+// does the prefetch work.
 template <typename VT>
-void pv_all_rows(size_t Mh, size_t nb, size_t D, const float* S, size_t ld_s, const VT* v, size_t ldv,
+void pv_all_rows(size_t Mh, const KeyLimits& keys, size_t D, const float* S, size_t ld_s, const VT* v, size_t ldv,
                  const float* zterm, const float* rescale, float* acc, bool first, const RowPrefetch& pf) {
   size_t r0 = 0;
   for (; r0 + 4 <= Mh; r0 += 4)
-    pv_rows<4, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D, first,
-                               r0 == 0 ? pf : RowPrefetch{});
+    pv_rows<4, VT>(keys(r0, 4), D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0,
+                               acc + r0 * D, D, first, r0 == 0 ? pf : RowPrefetch{});
   switch (Mh - r0) {
-    case 1: pv_rows<1, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
-    case 2: pv_rows<2, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
-    case 3: pv_rows<3, VT>(nb, D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0, acc + r0 * D, D,
-                                       first, r0 == 0 ? pf : RowPrefetch{}); break;
+    case 1: pv_rows<1, VT>(keys(r0, 1), D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0,
+                                       acc + r0 * D, D, first, r0 == 0 ? pf : RowPrefetch{}); break;
+    case 2: pv_rows<2, VT>(keys(r0, 2), D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0,
+                                       acc + r0 * D, D, first, r0 == 0 ? pf : RowPrefetch{}); break;
+    case 3: pv_rows<3, VT>(keys(r0, 3), D, S + r0 * ld_s, ld_s, v, ldv, zterm + r0, rescale + r0,
+                                       acc + r0 * D, D, first, r0 == 0 ? pf : RowPrefetch{}); break;
     default: break;
   }
 }
@@ -488,19 +505,28 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   // (A group wider than MAX_ROWS query heads, qpos = 1, has more rows than the stack array.)
   float block_max[64];
   const bool have_max = A.q8 && !masked && Mh <= 64;
+  KeyLimits keys;
+  keys.nb = nb;
+  keys.trim = A.causal && masked && it.qn > 1 && Mh <= 64;
+  if (keys.trim) {
+    for (size_t r = 0; r < Mh; ++r) {
+      const size_t lim = A.start_pos + row_position(it, row0 + r) + 1;  // keys [0, lim)
+      keys.row[r] = static_cast<uint32_t>(lim <= n0 ? 0 : (lim - n0 < nb ? lim - n0 : nb));
+    }
+  }
 
   // S = scale * Q.K^T
   if (A.q8) {
     size_t r0 = 0;
     for (; r0 + 4 <= Mh; r0 += 4)
-      qk_rows<4>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      qk_rows<4>(keys(r0, 4), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                              r0 == 0 ? &pf_qk : nullptr, Mh > 4);
     switch (Mh - r0) {
-      case 1: qk_rows<1>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 1: qk_rows<1>(keys(r0, 1), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
-      case 2: qk_rows<2>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 2: qk_rows<2>(keys(r0, 2), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
-      case 3: qk_rows<3>(nb, D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 3: qk_rows<3>(keys(r0, 3), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
       default: break;
     }
@@ -514,18 +540,20 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
       const float coef = x.qcoef[row0 + row];
       const vf vcoef = vset1(coef);
       vf vm = vset1(kNegInf);
+      const size_t nr = keys.trim ? keys.row[row] : nb;  // the keys this row sees; its dots end there
       size_t j = 0;
-      for (; j + NF <= nb; j += NF) {
+      for (; j + NF <= nr; j += NF) {
         const vf sc = vscores(dr + j, bp.kzp + j, qs, bp.ksc + j, vcoef);
         vstore(sr + j, sc);
         vm = vmax(vm, sc);
       }
       float m = vhmax(vm);
-      for (; j < nb; ++j) {
+      for (; j < nr; ++j) {
         const uint32_t d = static_cast<uint32_t>(dr[j]) - static_cast<uint32_t>(bp.kzp[j]) * static_cast<uint32_t>(qs);
         sr[j] = static_cast<float>(static_cast<int32_t>(d)) * (coef * bp.ksc[j]);
         m = sr[j] > m ? sr[j] : m;
       }
+      for (; j < nb; ++j) sr[j] = kNegInf;
       if (have_max) block_max[row] = m;
     }
   } else {
@@ -562,7 +590,7 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   // acc = acc * rescale + W.V - z.
   if (P.convert_v) {  // many row tiles: convert the block once (AttentionPlan::convert_v)
     convert_v_block(nb, D, vblk, A.vst.s, x.vf32);
-    pv_all_rows<float>(Mh, nb, D, S, ld_s, x.vf32, D, zterm, rescale, acc, first, pf_pv);
+    pv_all_rows<float>(Mh, keys, D, S, ld_s, x.vf32, D, zterm, rescale, acc, first, pf_pv);
     return;
   }
   // Strided V rows (H*D bytes apart) of a long block are packed first: the column tiles pass over
@@ -583,7 +611,7 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
     vsrc = x.vcopy;
     ldv = D;
   }
-  pv_all_rows<int8_t>(Mh, nb, D, S, ld_s, vsrc, ldv, zterm, rescale, acc, first, pf_pv);
+  pv_all_rows<int8_t>(Mh, keys, D, S, ld_s, vsrc, ldv, zterm, rescale, acc, first, pf_pv);
 }
 
 // A flash-decoding partial record (ScratchLayout::partials_off): the item's running max (M),
