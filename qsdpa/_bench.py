@@ -461,7 +461,8 @@ def _settle(seconds: float, threads: int = 1) -> None:
     others idle: a 2-thread decode call after it then ran with a cold second vCPU (llama3-8b, 2048
     keys, hot, peers in between: median 352 us after 5 ms on one core against 337 us on both, 456
     against 290 us after 30 ms). A model's other layers keep every core busy between two attention
-    calls; the peers' calls, tens of milliseconds long, hardly notice either way."""
+    calls. The rule is the same for every implementation; for the peers' calls, tens of
+    milliseconds long, a cold core's start is a much smaller share of the call."""
     end = time.perf_counter() + seconds
     if threads <= 1:
         while time.perf_counter() < end:
