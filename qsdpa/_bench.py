@@ -173,6 +173,20 @@ def stream_read_bandwidth(threads: int, nbytes: int = 256 << 20, repeats: int = 
     return statistics.median(rates)
 
 
+def _fma_probe_steps(probe, seconds: float) -> int:
+    """Steps of the FMA probe that take about `seconds` on this thread (timed over >= 1 ms)."""
+    steps = 1 << 10
+    while True:
+        t0 = time.perf_counter()
+        probe(steps)
+        if time.perf_counter() - t0 >= max(seconds / 4, 1e-3) or steps >= 1 << 34:
+            break
+        steps *= 2
+    t0 = time.perf_counter()
+    probe(steps)
+    return max(1, int(steps * seconds / max(time.perf_counter() - t0, 1e-9)))
+
+
 def fma_rate(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
     """Median vector FMAs per second summed over `threads` Python threads, each running the dispatched
     variant's FMA probe (8 independent chains, GIL released) for about `seconds`. rate(N) / rate(1)
@@ -181,16 +195,7 @@ def fma_rate(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
     from concurrent.futures import ThreadPoolExecutor
 
     probe = _dispatch.load_variant(_dispatch.get_isa())._fma_probe
-    steps = 1 << 16
-    while True:  # calibrate on one thread
-        t0 = time.perf_counter()
-        probe(steps)
-        if time.perf_counter() - t0 >= seconds / 4 or steps >= 1 << 34:
-            break
-        steps *= 2
-    t0 = time.perf_counter()
-    probe(steps)
-    steps = max(1, int(steps * seconds / max(time.perf_counter() - t0, 1e-9)))
+    steps = _fma_probe_steps(probe, seconds)
     rates = []
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(probe, [steps] * threads))
@@ -439,16 +444,8 @@ def _spin_probe():
     """(the FMA probe, its steps per ~_SPIN_CHUNK_S), calibrated on first use."""
     if "steps" not in _spin_state:
         probe = _dispatch.load_variant(_dispatch.get_isa())._fma_probe
-        steps = 1 << 10
-        while True:  # calibrate over >= 1 ms
-            t0 = time.perf_counter()
-            probe(steps)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= 1e-3 or steps >= 1 << 30:
-                break
-            steps *= 2
         _spin_state["probe"] = probe
-        _spin_state["steps"] = max(1, int(_SPIN_CHUNK_S * steps / max(elapsed, 1e-9)))
+        _spin_state["steps"] = _fma_probe_steps(probe, _SPIN_CHUNK_S)
     return _spin_state["probe"], _spin_state["steps"]
 
 
