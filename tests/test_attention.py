@@ -67,7 +67,7 @@ def test_matches_reference(kmod, shape, float_query, seq_dim2):
 
 
 @pytest.mark.parametrize("ratio", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize("head_dim", [8, 64, 80, 96, 128, 256])
+@pytest.mark.parametrize("head_dim", [8, 37, 52, 64, 80, 96, 128, 256])
 def test_gqa_ratios_and_head_dims(kmod, ratio, head_dim):
     case = make_case(_rng("gqa", ratio, head_dim), 1, 16, 16 // ratio, 3, 150, head_dim)
     check(kmod, case, 100, is_causal=True)

@@ -296,16 +296,38 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
                     const RowPrefetch& pf) {
   constexpr size_t kCols = 4 * NF;
-  size_t d0 = 0;
-  if (head_dim < kCols) {
+  // A lone last vector would be a tile of only TRt FMA chains, too few to cover the FMA latency:
+  // the last 5 vectors then go as two tiles of 3 and 2 (AVX2, D 128: 5 x 3 + 1 ->
+  // 4 x 3 + 2 x 2 vectors, 512-token prefill 1.3-2% faster, decode unchanged).
+  const bool split_last = head_dim % NF == 0 && head_dim > kCols && (head_dim / NF) % 4 == 1;
+  const size_t tiles_end = split_last ? head_dim - kCols - NF : head_dim / kCols * kCols;
+  bool pf_pending = pf.n || pf.n2;
+  if (head_dim < kCols && !split_last) {
     pf.rest(0);
-  } else if (pf.n || pf.n2) {  // the prefetch work goes with the first column tile's key loop
-    pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, 0, NF, zterm, rescale, acc, lda, first, pf);
-    pf.rest(nb);
-    d0 = kCols;
+    pf_pending = false;
   }
-  for (; d0 + kCols <= head_dim; d0 += kCols)
-    pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+  size_t d0 = 0;
+  for (; d0 < tiles_end; d0 += kCols) {
+    if (pf_pending) {  // the prefetch work goes with the first column tile's key loop
+      pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf);
+      pf.rest(nb);
+      pf_pending = false;
+    } else {
+      pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+    }
+  }
+  if (split_last) {
+    constexpr int kA = 3;
+    if (pf_pending) {
+      pv_tile<TRt, kA, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf);
+      pf.rest(nb);
+    } else {
+      pv_tile<TRt, kA, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+    }
+    pv_tile<TRt, 2, false, false, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale, acc,
+                                                          lda, first);
+    return;
+  }
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
