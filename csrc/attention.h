@@ -188,8 +188,9 @@ constexpr size_t kBigSplitWeight = 16;
 // down to 16 keys: 960 of 2049 keys, 15 whole 64-key blocks each) and the small ones split the
 // rest evenly (64 and 65), so a thread's big split and a small one come to the same count within
 // a few keys; rounding every boundary on its own gave 960, 976, 48 and 65, one thread 33 keys
-// more (2 threads, 2048 keys: 1.5% faster hot, neutral cold and at 8192 keys, paired A/B). Each split's keys, and so its partial
-// record, depend only on the plan, never on which thread ran it: results stay the same bits.
+// more (2 threads, 2048 keys: 1.5% faster hot, neutral cold and at 8192 keys, paired A/B). Each
+// split's keys, and so its partial record, depend only on the plan, never on which thread ran it:
+// results stay the same bits.
 inline size_t split_first_key(size_t n, size_t splits, size_t threads, size_t s) {
   if (s >= splits) return n;
   if (splits <= threads) {  // no small splits to balance with: equal shares
