@@ -54,6 +54,7 @@ import numpy as np
 from . import _dispatch
 from ._attention import quantized_sdpa
 from ._quantize import dequantize_per_token, quantize_per_token
+from ._thread_cpu import ThreadClocks
 from ._threads import get_num_threads, set_num_threads
 
 MODELS = {  # name: (q heads, kv heads, head dim)
@@ -92,7 +93,7 @@ class Result:
     layers: int = 1
     floor_us: Optional[float] = None                           # decode: int8 bytes read / bandwidth
     samples: Dict[str, int] = field(default_factory=dict)      # timed calls per implementation
-    parallelism: Dict[str, float] = field(default_factory=dict)  # process CPU time / wall time, timed calls
+    parallelism: Dict[str, float] = field(default_factory=dict)  # threads' CPU time / wall time, timed calls
     seconds: float = 0.0                                       # the case's wall time, setup included
     others_cores: Optional[float] = None                       # CPUs other processes kept busy meanwhile
     cores_probe: Optional[float] = None                        # FMA probe rate(all threads) / rate(1) at start
@@ -500,7 +501,9 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     # of the same implementation first makes "hot" mean hot for the one being timed.
     rewarm = case.regime == "hot" and case.kind == "decode" and len(fns) > 1
     samples: Dict[str, List[float]] = {name: [] for name in fns}
-    cpu = {name: 0.0 for name in fns}   # process CPU seconds during the timed calls
+    cpu = {name: 0.0 for name in fns}   # the process's threads' CPU seconds over the timed calls ...
+    cpu_wall = {name: 0.0 for name in fns}  # ... and the wall time those readings span
+    clocks = ThreadClocks()
     spent = {name: 0.0 for name in fns}
     share = budget_s / len(fns)
     with _quiet_stderr():
@@ -513,6 +516,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 fn = fns[name]
                 layer = call % x.n_layers
                 call += 1
+                clocks.refresh()  # thread pools the warm-up started; not _settle's helpers
                 # Let the previous implementation's worker threads (libgomp's, torch's intra-op pool,
                 # ExecuTorch's pthreadpool) finish spinning: on a 2-core machine a spinning peer
                 # thread takes a core from the next implementation's threads.
@@ -520,13 +524,16 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 w0 = time.perf_counter()
                 if rewarm:
                     fn(layer)
-                c0 = time.process_time()
+                r0 = time.perf_counter()
+                c0 = clocks.sample()
                 t0 = time.perf_counter()
                 fn(layer)
                 t1 = time.perf_counter()
-                c1 = time.process_time()
+                c1 = clocks.sample()
+                r1 = time.perf_counter()
                 samples[name].append(t1 - t0)
-                cpu[name] += c1 - c0
+                cpu[name] += clocks.elapsed(c0, c1)
+                cpu_wall[name] += r1 - r0  # the call and the clock readings around it
                 spent[name] += t1 - w0
             active = [n for n in active if len(samples[n]) < MIN_SAMPLES or spent[n] < share]
             if not active:
@@ -536,8 +543,10 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
         result.median_us[name] = med * 1e6
         result.spread[name] = spread
         result.samples[name] = len(s)
-        if sum(s) >= 0.05:  # other threads' CPU time is only accounted at scheduler ticks
-            result.parallelism[name] = cpu[name] / sum(s)
+        # process_time() (no per-thread clocks) sees other threads' CPU time only at scheduler
+        # ticks: over less than 50 ms of calls it would be mostly noise.
+        if clocks.exact or sum(s) >= 0.05:
+            result.parallelism[name] = cpu[name] / cpu_wall[name]
     result.layers = x.n_layers
     if case.kind == "decode" and bandwidth:
         result.floor_us = x.bytes_read / bandwidth * 1e6
@@ -760,10 +769,11 @@ def format_targets(targets: Sequence[TargetResult]) -> List[str]:
 def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[str, Dict[str, Tuple[float, Optional[float]]]]]:
     """For each case run at t=1 and t=all_threads: impl -> (time(1)/time(N), CPU/wall at N).
 
-    CPU/wall is the process's CPU time over wall time during the timed calls (only when they add up
-    to 50 ms or more): on an otherwise idle machine about the number of threads kept busy, so it
-    shows whether a library used the threads it was given. Other processes on the same cores lower
-    it; a previous call's thread pool still spin-waiting raises it."""
+    CPU/wall is the CPU time of the process's threads over the wall time of the timed calls (each
+    with the clock readings around it; see _thread_cpu): on an otherwise idle machine about the
+    number of threads kept busy, so it shows whether a library used the threads it was given. Other
+    processes on the same cores lower it; a thread pool still spin-waiting from the re-warm call or
+    after the call raises it."""
     out = []
     if all_threads < 2:
         return out
@@ -926,8 +936,9 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         lines.append("| " + " | ".join(cells) + " |")
     if scaling:
         lines += ["", "## Thread scaling", "",
-                  "time(t=1) / time(t=N) per implementation, [process CPU time / wall time during its "
-                  "timed calls at t=N: on an idle machine, about the number of threads it kept busy].", ""]
+                  "time(t=1) / time(t=N) per implementation, [CPU time of the process's threads / wall time "
+                  "during its timed calls at t=N, per-thread CPU clocks: on an idle machine, about the "
+                  "number of threads it kept busy, spin-waiting included].", ""]
         names = [n for n in ("qsdpa",) + PEER_ORDER if any(n in row for _, row in scaling)]
         lines += ["| case | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
         for label, row in scaling:
