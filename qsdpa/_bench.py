@@ -501,8 +501,8 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     # of the same implementation first makes "hot" mean hot for the one being timed.
     rewarm = case.regime == "hot" and case.kind == "decode" and len(fns) > 1
     samples: Dict[str, List[float]] = {name: [] for name in fns}
-    cpu = {name: 0.0 for name in fns}   # the process's threads' CPU seconds over the timed calls ...
-    cpu_wall = {name: 0.0 for name in fns}  # ... and the wall time those readings span
+    # The process's threads' CPU seconds over each timed call, and the wall time those readings span.
+    cpu: Dict[str, List[Tuple[float, float]]] = {name: [] for name in fns}
     clocks = ThreadClocks()
     spent = {name: 0.0 for name in fns}
     share = budget_s / len(fns)
@@ -532,8 +532,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 c1 = clocks.sample()
                 r1 = time.perf_counter()
                 samples[name].append(t1 - t0)
-                cpu[name] += clocks.elapsed(c0, c1)
-                cpu_wall[name] += r1 - r0  # the call and the clock readings around it
+                cpu[name].append((clocks.elapsed(c0, c1), r1 - r0))  # the call and the readings around it
                 spent[name] += t1 - w0
             active = [n for n in active if len(samples[n]) < MIN_SAMPLES or spent[n] < share]
             if not active:
@@ -543,10 +542,14 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
         result.median_us[name] = med * 1e6
         result.spread[name] = spread
         result.samples[name] = len(s)
-        # process_time() (no per-thread clocks) sees other threads' CPU time only at scheduler
-        # ticks: over less than 50 ms of calls it would be mostly noise.
-        if clocks.exact or sum(s) >= 0.05:
-            result.parallelism[name] = cpu[name] / cpu_wall[name]
+        # The median call's, like the times: a few calls that a neighbour stretched (the host
+        # running another guest on the second vCPU, so our worker's clock stands still) would
+        # otherwise weigh as much as all the rest. process_time() (no per-thread clocks) sees other
+        # threads' CPU time only at scheduler ticks: then only the total over 50 ms or more.
+        if clocks.exact:
+            result.parallelism[name] = statistics.median(c / w for c, w in cpu[name])
+        elif sum(s) >= 0.05:
+            result.parallelism[name] = sum(c for c, _ in cpu[name]) / sum(w for _, w in cpu[name])
     result.layers = x.n_layers
     if case.kind == "decode" and bandwidth:
         result.floor_us = x.bytes_read / bandwidth * 1e6
@@ -769,11 +772,11 @@ def format_targets(targets: Sequence[TargetResult]) -> List[str]:
 def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[str, Dict[str, Tuple[float, Optional[float]]]]]:
     """For each case run at t=1 and t=all_threads: impl -> (time(1)/time(N), CPU/wall at N).
 
-    CPU/wall is the CPU time of the process's threads over the wall time of the timed calls (each
-    with the clock readings around it; see _thread_cpu): on an otherwise idle machine about the
-    number of threads kept busy, so it shows whether a library used the threads it was given. Other
-    processes on the same cores lower it; a thread pool still spin-waiting from the re-warm call or
-    after the call raises it."""
+    CPU/wall is the CPU time of the process's threads over the wall time of a timed call (with the
+    clock readings around it; see _thread_cpu), the median over the calls: on an otherwise idle
+    machine about the number of threads kept busy, so it shows whether a library used the threads
+    it was given. Other processes on the same cores lower it; a thread pool still spin-waiting from
+    the re-warm call or after the call raises it."""
     out = []
     if all_threads < 2:
         return out
@@ -937,8 +940,8 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
     if scaling:
         lines += ["", "## Thread scaling", "",
                   "time(t=1) / time(t=N) per implementation, [CPU time of the process's threads / wall time "
-                  "during its timed calls at t=N, per-thread CPU clocks: on an idle machine, about the "
-                  "number of threads it kept busy, spin-waiting included].", ""]
+                  "of a timed call at t=N, median over the calls, from per-thread CPU clocks: on an idle "
+                  "machine, about the number of threads it kept busy, spin-waiting included].", ""]
         names = [n for n in ("qsdpa",) + PEER_ORDER if any(n in row for _, row in scaling)]
         lines += ["| case | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
         for label, row in scaling:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -39,6 +40,10 @@ def test_one_case_runs_and_reports_every_peer(tmp_path):
     for name in ("torch fp32", "ET int8", "ET fp32"):
         assert (name in res.median_us) != (name in res.missing), f"{name} neither timed nor reported missing"
     assert "qsdpa" in _bench.format_row(res)
+    if sys.platform.startswith("linux"):  # per-thread clocks: every implementation's CPU/wall, even
+        # over a few sub-millisecond calls (process_time() would need 50 ms of them)
+        assert set(res.parallelism) == set(res.median_us)
+        assert all(v > 0 for v in res.parallelism.values()), res.parallelism
 
 
 def test_cli_writes_json(tmp_path, capsys):
