@@ -568,6 +568,9 @@ class PairedScaling:
     tn_us: float
     rounds: int
     cores_probe: Optional[float] = None  # wait_for_cores' probe ratio just before it (None: not probed)
+    # The t=N calls' threads' CPU time / wall time, median call (per-thread clocks; None without
+    # them): below N, the host gave the threads less than N cores during those calls.
+    tn_cpu: Optional[float] = None
 
     @property
     def ratio(self) -> float:
@@ -592,19 +595,29 @@ def paired_scaling(kind: str, context: int, threads: int, rounds: int, budget_s:
     for t in samples:  # warm-up: arena growth, the thread team
         set_num_threads(t)
         call()
+    clocks = ThreadClocks()
+    busy: List[float] = []  # the t=N calls' CPU / wall
     end = time.perf_counter() + budget_s
     for i in range(rounds):
         for t in samples:
             set_num_threads(t)
+            clocks.refresh()
             _settle(SETTLE_S, threads)  # every core the t=N call uses, before either call
             call()  # re-warm, as in run_case
+            r0 = time.perf_counter()
+            c0 = clocks.sample()
             t0 = time.perf_counter()
             call()
-            samples[t].append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            c1 = clocks.sample()
+            samples[t].append(t1 - t0)
+            if t == threads:
+                busy.append(clocks.elapsed(c0, c1) / (time.perf_counter() - r0))
         if i + 1 >= MIN_SAMPLES and time.perf_counter() > end:
             break
     return PairedScaling(kind, context, threads, _median_spread(samples[1])[0] * 1e6,
-                         _median_spread(samples[threads])[0] * 1e6, len(samples[1]))
+                         _median_spread(samples[threads])[0] * 1e6, len(samples[1]),
+                         tn_cpu=statistics.median(busy) if clocks.exact else None)
 
 
 def _pct(spread: float) -> str:
@@ -723,6 +736,8 @@ def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: 
             tr.note = "; ".join(n for n in (
                 f"t=1 and t={all_threads} alternating, {pair.rounds} rounds: {pair.t1_us:.0f} / {pair.tn_us:.0f} µs"
                 + (f" (cores probe ×{pair.cores_probe:.2f} before it)" if pair.cores_probe is not None else ""),
+                f"the t={all_threads} calls' threads busy: {pair.tn_cpu:.1f} (CPU / wall, median call)"
+                if pair.tn_cpu is not None else "",
                 f"the table's rows: {table:.2f}×" if table is not None else "", compute_note) if n)
         elif table is None:
             tr.note = "needs both t=1 and t=%d" % all_threads
@@ -1168,7 +1183,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             paired.append(paired_scaling(kind, ctx, all_threads, args.rounds, args.budget, rng, llc))
             paired[-1].cores_probe = probe
             p = paired[-1]
-            print(f"  {p.t1_us:.1f} / {p.tn_us:.1f} us = {p.ratio:.2f}x ({p.rounds} rounds)", flush=True)
+            busy = "" if p.tn_cpu is None else f", t={all_threads} calls' threads busy {p.tn_cpu:.1f}"
+            print(f"  {p.t1_us:.1f} / {p.tn_us:.1f} us = {p.ratio:.2f}x ({p.rounds} rounds{busy})", flush=True)
     meta["paired_scaling"] = [asdict(p) for p in paired]
     set_num_threads(all_threads)
     meta["load_end"] = _load()

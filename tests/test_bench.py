@@ -342,6 +342,8 @@ def test_paired_scaling_times_both_thread_counts_alternately():
                               rng=__import__("numpy").random.default_rng(0), model="small")
     assert (p.kind, p.context, p.threads, p.rounds) == ("decode", 64, 2, _bench.MIN_SAMPLES)
     assert p.t1_us > 0 and p.tn_us > 0 and p.ratio == pytest.approx(p.t1_us / p.tn_us)
+    if sys.platform.startswith("linux"):  # per-thread clocks: how busy the t=2 calls kept the threads
+        assert p.tn_cpu is not None and p.tn_cpu > 0
 
 
 def test_scaling_targets_judged_on_the_paired_measurement():
@@ -356,8 +358,10 @@ def test_scaling_targets_judged_on_the_paired_measurement():
     assert "40 rounds: 300 / 200 µs" in dec.note and "the table's rows: 2.00×" in dec.note
     assert dec.note.endswith("machine: FMA probe ×1.90") and "cores probe" not in dec.note
     paired[0].cores_probe = 1.97
+    paired[0].tn_cpu = 1.41
     dec = _by_name(_bench.evaluate_targets(rs, T, "", paired))[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
     assert "300 / 200 µs (cores probe ×1.97 before it)" in dec.note
+    assert f"the t={T} calls' threads busy: 1.4 (CPU / wall, median call)" in dec.note
     # without a paired measurement the table's rows decide, as before
     plain = _by_name(_bench.evaluate_targets(rs, T))[f"decode 8192 hot: qsdpa time(t=1) / time(t={T})"]
     assert plain.status == _bench.PASS and plain.measured == pytest.approx(2.0)
