@@ -483,6 +483,18 @@ def _settle(seconds: float, threads: int = 1) -> None:
         h.join()
 
 
+def _timed_call(fn: Callable[[], object], clocks: ThreadClocks) -> Tuple[float, float, float]:
+    """(wall seconds of fn(), the process's threads' CPU seconds over it, the wall time those CPU
+    readings span: the call and the readings around it)."""
+    r0 = time.perf_counter()
+    c0 = clocks.sample()
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    c1 = clocks.sample()
+    return t1 - t0, clocks.elapsed(c0, c1), time.perf_counter() - r0
+
+
 def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_bytes: int = 32 << 20,
              bandwidth: Optional[float] = None) -> Result:
     """Time every implementation on one case, interleaved round by round.
@@ -524,16 +536,10 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 w0 = time.perf_counter()
                 if rewarm:
                     fn(layer)
-                r0 = time.perf_counter()
-                c0 = clocks.sample()
-                t0 = time.perf_counter()
-                fn(layer)
-                t1 = time.perf_counter()
-                c1 = clocks.sample()
-                r1 = time.perf_counter()
-                samples[name].append(t1 - t0)
-                cpu[name].append((clocks.elapsed(c0, c1), r1 - r0))  # the call and the readings around it
-                spent[name] += t1 - w0
+                took, used, span = _timed_call(lambda: fn(layer), clocks)
+                samples[name].append(took)
+                cpu[name].append((used, span))
+                spent[name] += time.perf_counter() - w0
             active = [n for n in active if len(samples[n]) < MIN_SAMPLES or spent[n] < share]
             if not active:
                 break
@@ -543,8 +549,8 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
         result.spread[name] = spread
         result.samples[name] = len(s)
         # The median call's, like the times: a few calls that a neighbour stretched (the host
-        # running another guest on the second vCPU, so our worker's clock stands still) would
-        # otherwise weigh as much as all the rest. process_time() (no per-thread clocks) sees other
+        # giving our second vCPU to another guest for a while, say) would otherwise weigh as much
+        # as all the rest. process_time() (no per-thread clocks) sees other
         # threads' CPU time only at scheduler ticks: then only the total over 50 ms or more.
         if clocks.exact:
             result.parallelism[name] = statistics.median(c / w for c, w in cpu[name])
@@ -604,15 +610,10 @@ def paired_scaling(kind: str, context: int, threads: int, rounds: int, budget_s:
             clocks.refresh()
             _settle(SETTLE_S, threads)  # every core the t=N call uses, before either call
             call()  # re-warm, as in run_case
-            r0 = time.perf_counter()
-            c0 = clocks.sample()
-            t0 = time.perf_counter()
-            call()
-            t1 = time.perf_counter()
-            c1 = clocks.sample()
-            samples[t].append(t1 - t0)
+            took, used, span = _timed_call(call, clocks)
+            samples[t].append(took)
             if t == threads:
-                busy.append(clocks.elapsed(c0, c1) / (time.perf_counter() - r0))
+                busy.append(used / span)
         if i + 1 >= MIN_SAMPLES and time.perf_counter() > end:
             break
     return PairedScaling(kind, context, threads, _median_spread(samples[1])[0] * 1e6,
