@@ -26,8 +26,9 @@ class Isa:
     family: str               # "scalar" | "x86" | "neon": selects the prelude section
     vocab: Dict[str, object]  # vector vocabulary rendered into the per-ISA prelude
     # Per-kernel template parameters: register tiles (dequant_gemm: MR rows x NR f32 vectors; the
-    # qk kernels: MR x NR dot accumulators) and the attention blocking (KV_BLOCK keys per step,
-    # MAX_ROWS query rows per work item).
+    # qk kernels: MR x NR dot accumulators), the attention blocking (KV_BLOCK keys per step,
+    # MAX_ROWS query rows per work item) and quantize's CHAINS (independent min/max accumulators
+    # of a row's first pass).
     tiles: Dict[str, Dict[str, int]] = field(default_factory=dict)
     description: str = ""
 
@@ -83,7 +84,8 @@ ISAS: Tuple[Isa, ...] = (
         vocab=dict(vf="float", vi="int32_t", vd="int32_t", nf=1, dot="scalar", dot_kb=1, dot_a_bias=0,
                    qparam_transpose8=False),
         tiles=dict(dequant_gemm=dict(MR=4, NR=8), qk_gemm=dict(MR=2, NR=4),
-                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 4)),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 4),
+                   quantize=dict(CHAINS=4)),
         description="portable C++, no ISA flags; also hosts the native CPU/OS feature check",
     ),
     Isa(
@@ -91,7 +93,8 @@ ISAS: Tuple[Isa, ...] = (
         features=("avx2", "fma", "f16c"), macros=("__AVX2__", "__FMA__", "__F16C__"), family="x86",
         vocab=_X86_AVX2_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=2), qk_gemm=dict(MR=2, NR=4),
-                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 3)),
+                   qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 3),
+                   quantize=dict(CHAINS=2)),
         description="AVX2 + FMA + F16C (Haswell, Zen 1+)",
     ),
     Isa(
@@ -101,7 +104,8 @@ ISAS: Tuple[Isa, ...] = (
         macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__"), family="x86",
         vocab=_X86_AVX512_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
+                   quantize=dict(CHAINS=2)),
         description="AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4)",
     ),
     Isa(
@@ -114,14 +118,16 @@ ISAS: Tuple[Isa, ...] = (
         # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
         vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
+                   quantize=dict(CHAINS=2)),
         description="AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)",
     ),
     Isa(
         name="neon", arch="aarch64", rank=10, cflags=("-march=armv8-a",), features=("asimd",),
         macros=("__ARM_NEON",), family="neon", vocab=_NEON_VOCAB,
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
+                   quantize=dict(CHAINS=2)),
         description="ARMv8-A Advanced SIMD",
     ),
     Isa(
@@ -129,7 +135,8 @@ ISAS: Tuple[Isa, ...] = (
         features=("asimd", "asimddp"), macros=("__ARM_NEON", "__ARM_FEATURE_DOTPROD"), family="neon",
         vocab=dict(_NEON_VOCAB, dot="sdot", dot_kb=16),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4)),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
+                   quantize=dict(CHAINS=2)),
         description="ARMv8.2-A + dot product (Neoverse N1, Cortex-A76, Apple M1)",
     ),
 )
@@ -153,6 +160,9 @@ KERNELS: Tuple[Kernel, ...] = (
            "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A"),
     Kernel("flash_attention", "flash_attention.cpp.j2", "qsdpa_flash_attention_s8", "flash-attention-s8",
            "softmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q"),
+    Kernel("quantize", "quantize.cpp.j2", "qsdpa_quantize_f32s8", "quantize-f32s8",
+           "per-token asymmetric int8 quantization of fp32 rows, bit-identical to PyTorch's "
+           "choose_qparams_per_token_asymmetric + quantize_per_token"),
 )
 
 # Files rendered once per ISA besides the kernels.

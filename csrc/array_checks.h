@@ -161,6 +161,58 @@ inline bool is_dtype(const py::handle& obj, char kind, size_t itemsize) {
   return dt.kind() == kind && dt.itemsize() == static_cast<py::ssize_t>(itemsize);
 }
 
+// A 3-D array of rows: contiguous along the last axis, any non-negative element strides along the
+// first two (writable ones: no two rows at the same place). Slices of a KV cache qualify.
+template <typename T>
+struct Rows3 {
+  T* data;
+  size_t shape[3];
+  size_t stride[3];  // elements
+};
+
+template <typename T>
+Rows3<T> rows3(const py::handle& obj, const char* name, bool writable) {
+  py::array a = as_array(obj, name);
+  check_dtype<T>(a, name);
+  if (a.ndim() != 3) throw py::value_error(std::string(name) + " must be 3-D, got " + std::to_string(a.ndim()) + "-D");
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + " must be writeable");
+  check_aligned(a, name);
+  Rows3<T> t{};
+  size_t size = 1;
+  for (int d = 0; d < 3; ++d) {
+    t.shape[d] = static_cast<size_t>(a.shape(d));
+    size *= t.shape[d];
+  }
+  const py::ssize_t item = sizeof(T);
+  for (int d = 0; d < 3; ++d) {
+    const py::ssize_t s = a.strides(d);
+    t.stride[d] = 0;
+    if (size == 0 || t.shape[d] == 1) continue;
+    if (d == 2 && s != item)
+      throw py::value_error(std::string(name) + " must have contiguous rows (inner stride " + std::to_string(s) + ")");
+    if (s < 0 || s % item != 0 || (writable && s == 0))
+      throw py::value_error(std::string(name) + " has an unsupported stride " + std::to_string(s));
+    t.stride[d] = static_cast<size_t>(s / item);
+  }
+  t.data = writable ? static_cast<T*>(a.mutable_data()) : const_cast<T*>(static_cast<const T*>(a.data()));
+  return t;
+}
+
+template <typename T>
+size_t span_bytes(const Rows3<T>& t) {
+  if (t.shape[0] == 0 || t.shape[1] == 0 || t.shape[2] == 0) return 0;
+  size_t last = 0;
+  for (int d = 0; d < 3; ++d) last += (t.shape[d] - 1) * t.stride[d];
+  return (last + 1) * sizeof(T);
+}
+
+// Whether the byte ranges [p, p + n) and [q, q + m) share a byte.
+inline bool ranges_overlap(const void* p, size_t n, const void* q, size_t m) {
+  if (n == 0 || m == 0) return false;
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + m && b < a + n;
+}
+
 // Argument check: the message (often built with std::to_string) is only evaluated when the check
 // fails, so a valid call allocates nothing here.
 #define QSDPA_REQUIRE(ok, message)                          \

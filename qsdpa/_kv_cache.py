@@ -6,11 +6,12 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from . import _attention, _interop
+from . import _attention, _dispatch, _interop, _threads
 from ._args import as_int
 from ._attention import ArrayT
 from ._interop import Array
-from ._quantize import quantize_per_token
+from ._quantize import _NOT_FINITE
+from ._threads import get_num_threads
 
 _LAYOUTS = ("bshd", "bhsd")
 _ALIGN = 64  # a cache line: rows of H·D int8 bytes then start on line boundaries, so no load straddles two
@@ -83,6 +84,9 @@ class QuantizedKVCache:
         self._k_scales.fill(1.0)  # unwritten rows then hold valid zeros, not an invalid scale of 0
         self._v_scales.fill(1.0)
         self._length = 0
+        # Each array as the quantize kernel's 3-D rows, made once: (B, Smax*H, last), or (B*H, Smax,
+        # last) for "bhsd"; a slice of one is the rows of a range of positions (_cache_rows).
+        self._rows = {id(a): self._as_rows(a) for a in self._arrays()}
 
     def _shape(self, seq: int, last: int, heads: Optional[int] = None) -> Tuple[int, int, int, int]:
         h = self._n_kv_heads if heads is None else heads
@@ -177,20 +181,48 @@ class QuantizedKVCache:
         if stop > self._max_seq_len:
             raise ValueError(f"start_pos + S ({start} + {stop - start}) must not exceed max_seq_len "
                              f"({self._max_seq_len})")
-        # One quantization of K and V together: the cost of a decode step's update is numpy's per-op
-        # overhead, not the arithmetic, and every row is quantized on its own, so the bits are the same.
-        try:
-            x8, scales, zero_points = quantize_per_token(np.stack((k_rows, v_rows)))
-        except ValueError:
-            name = "v" if np.isfinite(k_rows).all() else "k"
-            raise ValueError(f"{name} must be finite (NaN or Inf has no int8 quantization)") from None
-        at = self._positions(start, stop)
-        for i, (data, scale, zero_point) in enumerate(((self._k, self._k_scales, self._k_zero_points),
-                                                      (self._v, self._v_scales, self._v_zero_points))):
-            data[at] = x8[i]
-            scale[at] = scales[i]
-            zero_point[at] = zero_points[i]
+        # The variant's quantize kernel writes straight into the cache rows, each row as
+        # quantize_per_token would. It checks every row of its input before writing any, so: k is
+        # checked, then v is quantized (or rejected), then k: on a NaN or Inf nothing is written.
+        selected = _dispatch._selection
+        module = selected.module if selected is not None else _dispatch.selection().module
+        threads = _threads._num_threads or get_num_threads()
+        k_in, v_in = self._input_rows(k_rows), self._input_rows(v_rows)
+        if module.quantize_rows(k_in, None, None, None, threads, True) >= 0:
+            raise ValueError("k " + _NOT_FINITE)
+        for name, rows, data, scale, zero_point in (("v", v_in, self._v, self._v_scales, self._v_zero_points),
+                                                    ("k", k_in, self._k, self._k_scales, self._k_zero_points)):
+            if module.quantize_rows(rows, self._cache_rows(data, start, stop), self._cache_rows(scale, start, stop),
+                                    self._cache_rows(zero_point, start, stop), threads, False) >= 0:
+                raise ValueError(name + " " + _NOT_FINITE)
         self._length = max(self._length, stop)
+
+    def _input_rows(self, x: np.ndarray) -> np.ndarray:
+        """``x`` ([B, S, H, D] or [B, H, S, D]) as the 3-D rows the quantize kernel takes, in the order of
+        ``_cache_rows``: (B, S*H, D), or (B*H, S, D) for ``"bhsd"`` (a copy only if ``x`` is strided)."""
+        if not x.flags.aligned:  # a view of a byte buffer at an odd offset: the kernel reads float*
+            x = np.array(x, order="C")
+        b, d1, d2, d = x.shape
+        return x.reshape((b * d1, d2, d) if self._seq_dim2 else (b, d1 * d2, d))
+
+    def _as_rows(self, a: np.ndarray) -> np.ndarray:
+        """All of ``a`` as a writable 3-D view, rows in ``_input_rows``'s order. Built from the strides
+        the cache allocated, so it is always a view (a reshape that had to copy would take the writes
+        with it)."""
+        s = a.strides
+        if self._seq_dim2:  # [B, H, Smax, last]: batch and head merge (stride_B = H * stride_H)
+            shape, strides = (a.shape[0] * a.shape[1], a.shape[2], a.shape[3]), (s[1], s[2], s[3])
+        else:  # [B, Smax, H, last]: position and head merge (stride_S = H * stride_H)
+            shape, strides = (a.shape[0], a.shape[1] * a.shape[2], a.shape[3]), (s[0], s[2], s[3])
+        return np.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
+
+    def _cache_rows(self, a: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Positions [start, stop) of one of the cache's arrays, as the quantize kernel's rows."""
+        rows = self._rows[id(a)]
+        if self._seq_dim2:
+            return rows[:, start:stop]
+        h = self._n_kv_heads
+        return rows[:, start * h:stop * h]
 
     def reset(self) -> None:
         """Forget every position (``length`` becomes 0); the memory is kept for reuse."""

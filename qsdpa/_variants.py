@@ -29,4 +29,4 @@ VARIANTS: Tuple[Variant, ...] = (
             description='ARMv8.2-A + dot product (Neoverse N1, Cortex-A76, Apple M1)'),
 )
 
-KERNELS: Tuple[str, ...] = ('dequant_gemm', 'qk_gemm', 'qk_gemm_f32a', 'flash_attention',)
+KERNELS: Tuple[str, ...] = ('dequant_gemm', 'qk_gemm', 'qk_gemm_f32a', 'flash_attention', 'quantize',)

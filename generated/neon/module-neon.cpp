@@ -24,6 +24,7 @@ void qsdpa_qk_gemm_f32s8__neon(size_t m, size_t n, size_t k, const float* a, siz
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
 void qsdpa_flash_attention_s8__neon(const qsdpa::AttentionArgs& args, const qsdpa::AttentionPlan& plan,
     const qsdpa::ScratchLayout& layout, unsigned char* scratch);
+long long qsdpa_quantize_f32s8__neon(const qsdpa::QuantizeRows& a, int threads, bool check_only);
 
 namespace {
 
@@ -152,6 +153,7 @@ PYBIND11_MODULE(_kernels_neon, mod) {
     tiles["qk_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4);
+    tiles["quantize"] = py::dict(py::arg("CHAINS") = 2);
     d["tiles"] = tiles;
     return d;
   }, "ISA, compiler and the predefined ISA macros this module was built with.");
@@ -274,6 +276,42 @@ PYBIND11_MODULE(_kernels_neon, mod) {
     d["split_first_keys"] = firsts;
     return d;
   }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
+  mod.def("quantize_rows", [](py::handle x_, py::handle q_, py::handle s_, py::handle z_, int threads, bool check_only) {
+    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
+    const auto x = qsdpa::rows3<float>(x_, "x", false);
+    qsdpa::QuantizeRows r{x.shape[0], x.shape[1], x.shape[2], x.data, x.stride[0], x.stride[1],
+                          nullptr, 0, 0, nullptr, 0, 0, nullptr, 0, 0};
+    if (!check_only) {
+      const auto q = qsdpa::rows3<int8_t>(q_, "q8", true);
+      const auto s = qsdpa::rows3<float>(s_, "scales", true);
+      const auto z = qsdpa::rows3<int8_t>(z_, "zero_points", true);
+      for (int d = 0; d < 3; ++d) {
+        QSDPA_REQUIRE(q.shape[d] == x.shape[d], "q8 must have the shape of x");
+        QSDPA_REQUIRE(s.shape[d] == (d < 2 ? x.shape[d] : 1), "scales must have shape x.shape[:2] + (1,)");
+        QSDPA_REQUIRE(z.shape[d] == (d < 2 ? x.shape[d] : 1), "zero_points must have shape x.shape[:2] + (1,)");
+      }
+      const std::pair<const void*, size_t> spans[4] = {qsdpa::extent(x), qsdpa::extent(q), qsdpa::extent(s), qsdpa::extent(z)};
+      const char* names[4] = {"x", "q8", "scales", "zero_points"};
+      for (int i = 1; i < 4; ++i)
+        for (int j = 0; j < i; ++j)
+          QSDPA_REQUIRE(!qsdpa::ranges_overlap(spans[i].first, spans[i].second, spans[j].first, spans[j].second),
+                        std::string(names[i]) + " must not overlap " + names[j]);
+      r.q = q.data, r.qo = q.stride[0], r.qi = q.stride[1];
+      r.scale = s.data, r.so = s.stride[0], r.si = s.stride[1];
+      r.zp = z.data, r.zo = z.stride[0], r.zi = z.stride[1];
+    }
+    long long bad;
+    {
+      py::gil_scoped_release nogil;
+      bad = qsdpa_quantize_f32s8__neon(r, threads, check_only);
+    }
+    return bad;
+  }, py::arg("x"), py::arg("q8"), py::arg("scales"), py::arg("zero_points"), py::arg("threads") = 1,
+  py::arg("check_only") = false,
+  "per-token asymmetric int8 quantization of fp32 rows, bit-identical to PyTorch's choose_qparams_per_token_asymmetric + quantize_per_token.\n\nx: float32 [outer, inner, d], rows contiguous, any other strides; q8: int8 like x; scales: float32\n"
+  "[outer, inner, 1]; zero_points: int8 [outer, inner, 1] (outputs may be strided views, e.g. a cache slice).\n"
+  "Every row is checked first: returns the flat index of the first row holding a NaN or an infinity, with\n"
+  "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).");
 
   // Test hook: the vectorised exp the softmax uses, applied to a float32 array in place.
   mod.def("_vexp", [](py::handle x_) {

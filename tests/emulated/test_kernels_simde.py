@@ -13,7 +13,7 @@ _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _TESTS)
 
 # Per-ISA kernel test modules in tests/ (the ones that exist are used).
-KERNEL_TEST_MODULES = ("test_kernels", "test_attention", "test_properties")
+KERNEL_TEST_MODULES = ("test_kernels", "test_attention", "test_properties", "test_quantize")
 
 for _name in KERNEL_TEST_MODULES:
     if not os.path.exists(os.path.join(_TESTS, _name + ".py")):

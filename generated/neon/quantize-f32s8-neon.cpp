@@ -1,0 +1,164 @@
+// Generated from templates/quantize.cpp.j2 for ISA 'neon' by `python -m codegen` — do not edit.
+// per-token asymmetric int8 quantization of fp32 rows, bit-identical to PyTorch's choose_qparams_per_token_asymmetric + quantize_per_token
+//
+// Per row of d values, PyTorch's steps in PyTorch's precisions (qsdpa/_quantize.py is the numpy
+// reference, and tests hold every variant to it and to PyTorch bit for bit):
+//   lo = min(min(x), 0), hi = max(max(x), 0)                                  exact in any order
+//   scale = max((hi - lo) / 255, eps32)                                       float32
+//   zp = round_half_even(clamp(-128 - lo/scale  or  127 - hi/scale, -128, 127)), the end whose
+//        error is smaller                                                     float32
+//   q = clamp(round_half_even(double(x) * (1.0 / double(scale)) + zp), -128, 127)  float64, the
+//        product and the sum rounded apart (the build has -ffp-contract=off)
+// A row's min and max take one vector pass, which also finds NaN and infinities (x - x is 0 for
+// every finite x and NaN otherwise); its values a second, in float64 vectors where the ISA has them.
+#include <omp.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "neon/simd-neon.h"
+
+namespace qsdpa {
+namespace neon {
+namespace {
+
+constexpr size_t kParallelFloats = size_t(1) << 16;  // below this much input a parallel region costs more than it saves
+
+struct RowStats {
+  float lo, hi;
+  bool finite;
+};
+
+// min(min(x), 0), max(max(x), 0) and whether every value is finite. Padding lanes read as 0, which
+// changes neither bound (both include 0).
+inline RowStats row_stats(const float* x, size_t d) {
+  vf mn[2], mx[2], bad[2];
+  for (int c = 0; c < 2; ++c) mn[c] = mx[c] = bad[c] = vzero();
+  size_t j = 0;
+  for (; j + 2 * NF <= d; j += 2 * NF)
+    for (int c = 0; c < 2; ++c) {
+      const vf v = vload(x + j + c * NF);
+      mn[c] = vmin(mn[c], v);
+      mx[c] = vmax(mx[c], v);
+      bad[c] = vadd(bad[c], vsub(v, v));
+    }
+  for (; j < d; j += NF) {
+    const int n = d - j < static_cast<size_t>(NF) ? static_cast<int>(d - j) : NF;
+    const vf v = vload_n(x + j, n);
+    mn[0] = vmin(mn[0], v);
+    mx[0] = vmax(mx[0], v);
+    bad[0] = vadd(bad[0], vsub(v, v));
+  }
+  for (int c = 1; c < 2; ++c) {
+    mn[0] = vmin(mn[0], mn[c]);
+    mx[0] = vmax(mx[0], mx[c]);
+    bad[0] = vadd(bad[0], bad[c]);
+  }
+  // vhmax of -x: the prelude has no horizontal min. Negation is exact.
+  const float lo = -vhmax(vsub(vzero(), mn[0]));
+  const float hi = vhmax(mx[0]);
+  return {lo < 0.0f ? lo : 0.0f, hi > 0.0f ? hi : 0.0f, vhsum(bad[0]) == 0.0f};
+}
+
+struct RowParams {
+  float scale, zp;
+};
+
+// choose_qparams_per_token_asymmetric, float32 step by step.
+inline RowParams row_params(float lo, float hi) {
+  float scale = (hi - lo) / 255.0f;
+  scale = scale > FLT_EPSILON ? scale : FLT_EPSILON;
+  const float dmin = lo / scale, dmax = hi / scale;
+  const float from_min = -128.0f + dmin, from_max = 127.0f + dmax;
+  float zp = from_min + from_max > 0.0f ? -128.0f - dmin : 127.0f - dmax;
+  zp = zp < -128.0f ? -128.0f : (zp > 127.0f ? 127.0f : zp);
+  return {scale, std::nearbyint(zp)};
+}
+
+inline int8_t quantize_one(float x, double inv, double zp) {
+  double q = std::nearbyint(static_cast<double>(x) * inv + zp);
+  q = q < -128.0 ? -128.0 : (q > 127.0 ? 127.0 : q);
+  return static_cast<int8_t>(q);
+}
+
+// The row's d values, quantized with 1/scale and zp in float64.
+inline void quantize_row(const float* x, size_t d, double inv, double zp, int8_t* q) {
+  size_t j = 0;
+  // 4 floats as two vectors of 2 doubles.
+  const float64x2_t vinv = vdupq_n_f64(inv), vzp = vdupq_n_f64(zp);
+  const float64x2_t qmin = vdupq_n_f64(-128.0), qmax = vdupq_n_f64(127.0);
+  for (; j + 4 <= d; j += 4) {
+    const float32x4_t v = vld1q_f32(x + j);
+    float64x2_t a = vcvt_f64_f32(vget_low_f32(v));
+    float64x2_t b = vcvt_f64_f32(vget_high_f32(v));
+    a = vrndnq_f64(vaddq_f64(vmulq_f64(a, vinv), vzp));  // round to nearest, ties to even
+    b = vrndnq_f64(vaddq_f64(vmulq_f64(b, vinv), vzp));
+    a = vminq_f64(vmaxq_f64(a, qmin), qmax);
+    b = vminq_f64(vmaxq_f64(b, qmin), qmax);
+    // Integral values in [-128, 127]: the conversions and narrowings are exact.
+    const int32x4_t w = vcombine_s32(vmovn_s64(vcvtq_s64_f64(a)), vmovn_s64(vcvtq_s64_f64(b)));
+    const int16x4_t h = vmovn_s32(w);
+    int8_t bytes[8];
+    vst1_s8(bytes, vmovn_s16(vcombine_s16(h, h)));
+    std::memcpy(q + j, bytes, 4);
+  }
+  for (; j < d; ++j) q[j] = quantize_one(x[j], inv, zp);
+}
+
+inline const float* row_in(const QuantizeRows& a, size_t r) { return a.x + (r / a.inner) * a.xo + (r % a.inner) * a.xi; }
+
+// Whether every value of rows [r0, r1) is finite; the first row that is not, or r1.
+inline size_t first_nonfinite(const QuantizeRows& a, size_t r0, size_t r1) {
+  for (size_t r = r0; r < r1; ++r)
+    if (!row_stats(row_in(a, r), a.d).finite) return r;
+  return r1;
+}
+
+inline void quantize_rows(const QuantizeRows& a, size_t r0, size_t r1) {
+  for (size_t r = r0; r < r1; ++r) {
+    const size_t o = r / a.inner, i = r % a.inner;
+    const float* x = a.x + o * a.xo + i * a.xi;
+    const RowStats st = row_stats(x, a.d);
+    const RowParams p = row_params(st.lo, st.hi);
+    quantize_row(x, a.d, 1.0 / static_cast<double>(p.scale), static_cast<double>(p.zp), a.q + o * a.qo + i * a.qi);
+    a.scale[o * a.so + i * a.si] = p.scale;
+    a.zp[o * a.zo + i * a.zi] = static_cast<int8_t>(p.zp);
+  }
+}
+
+}  // namespace
+}  // namespace neon
+}  // namespace qsdpa
+
+// Every row is checked before any is written: returns the index (o * inner + i) of the first row
+// holding a NaN or an infinity, having written nothing, or -1 once every row is quantized (with
+// check_only, -1 and nothing written). Rows are independent, so the thread count changes no bits.
+long long qsdpa_quantize_f32s8__neon(const qsdpa::QuantizeRows& a, int threads, bool check_only) {
+  using namespace qsdpa::neon;
+  const size_t rows = a.outer * a.inner;
+  if (rows == 0 || a.d == 0) return -1;
+  const bool parallel = threads > 1 && rows > 1 && rows * a.d >= kParallelFloats;
+  size_t bad = rows;
+  if (!parallel) {
+    bad = first_nonfinite(a, 0, rows);
+  } else {
+    // Each thread's copy of `bad` starts at SIZE_MAX and its rows come in order: once it has found
+    // one, the rest of its rows cannot hold the first.
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(min : bad)
+    for (long long r = 0; r < static_cast<long long>(rows); ++r)
+      if (bad > static_cast<size_t>(r) && !row_stats(row_in(a, static_cast<size_t>(r)), a.d).finite)
+        bad = static_cast<size_t>(r);
+  }
+  if (bad < rows) return static_cast<long long>(bad);
+  if (check_only) return -1;
+  if (!parallel) {
+    quantize_rows(a, 0, rows);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long long r = 0; r < static_cast<long long>(rows); ++r)
+      quantize_rows(a, static_cast<size_t>(r), static_cast<size_t>(r) + 1);
+  }
+  return -1;
+}
