@@ -68,7 +68,8 @@ def quantize_per_token(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     _check_rows(x)
     d = x.shape[-1]
-    rows = x if x.flags.c_contiguous and x.flags.aligned else np.ascontiguousarray(x)
+    # A strided or unaligned view (a byte buffer at an odd offset) is copied: the kernel reads float*.
+    rows = x if x.flags.c_contiguous and x.flags.aligned else np.array(x, order="C")
     q8 = np.empty(x.shape, np.int8)
     scales = np.empty(x.shape[:-1] + (1,), np.float32)
     zero_points = np.empty(x.shape[:-1] + (1,), np.int8)

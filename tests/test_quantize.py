@@ -190,5 +190,10 @@ def test_public_function_uses_the_kernel_on_any_layout():
         got = qsdpa.quantize_per_token(view)
         assert got[0].shape == view.shape and got[1].shape == got[2].shape == view.shape[:-1] + (1,)
         _assert_same(got, view)
+    raw = np.zeros(4 * 4 * 48 + 1, np.uint8)
+    unaligned = raw[1:].view(np.float32).reshape(4, 48)  # a float32 view at an odd address
+    unaligned[...] = rng.standard_normal((4, 48))
+    assert not unaligned.flags.aligned
+    _assert_same(qsdpa.quantize_per_token(unaligned), np.array(unaligned))
     with pytest.raises(ValueError, match="x must be finite"):
         qsdpa.quantize_per_token(np.array([[1.0, np.inf]], np.float32))
