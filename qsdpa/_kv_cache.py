@@ -6,7 +6,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from . import _attention, _dispatch, _interop, _threads
+from . import _attention, _dispatch, _interop
 from ._args import as_int
 from ._attention import ArrayT
 from ._interop import Array
@@ -85,8 +85,8 @@ class QuantizedKVCache:
         self._v_scales.fill(1.0)
         self._length = 0
         # Each array as the quantize kernel's 3-D rows, made once: (B, Smax*H, last), or (B*H, Smax,
-        # last) for "bhsd"; a slice of one is the rows of a range of positions (_cache_rows).
-        self._rows = {id(a): self._as_rows(a) for a in self._arrays()}
+        # last) for "bhsd"; a slice of one is the rows of a range of positions (_positions_of).
+        self._rows = KVCacheTensors(*(self._as_rows(a) for a in self._arrays()))
 
     def _shape(self, seq: int, last: int, heads: Optional[int] = None) -> Tuple[int, int, int, int]:
         h = self._n_kv_heads if heads is None else heads
@@ -184,22 +184,19 @@ class QuantizedKVCache:
         # The variant's quantize kernel writes straight into the cache rows, each row as
         # quantize_per_token would. It checks every row of its input before writing any, so: k is
         # checked, then v is quantized (or rejected), then k: on a NaN or Inf nothing is written.
-        selected = _dispatch._selection
-        module = selected.module if selected is not None else _dispatch.selection().module
-        threads = _threads._num_threads or get_num_threads()
+        module, threads, r = _dispatch.selection().module, get_num_threads(), self._rows
         k_in, v_in = self._input_rows(k_rows), self._input_rows(v_rows)
         if module.quantize_rows(k_in, None, None, None, threads, True) >= 0:
             raise ValueError("k " + _NOT_FINITE)
-        for name, rows, data, scale, zero_point in (("v", v_in, self._v, self._v_scales, self._v_zero_points),
-                                                    ("k", k_in, self._k, self._k_scales, self._k_zero_points)):
-            if module.quantize_rows(rows, self._cache_rows(data, start, stop), self._cache_rows(scale, start, stop),
-                                    self._cache_rows(zero_point, start, stop), threads, False) >= 0:
+        for name, x, outs in (("v", v_in, (r.value, r.v_scales, r.v_zero_points)),
+                              ("k", k_in, (r.key, r.k_scales, r.k_zero_points))):
+            if module.quantize_rows(x, *(self._positions_of(rows, start, stop) for rows in outs), threads, False) >= 0:
                 raise ValueError(name + " " + _NOT_FINITE)
         self._length = max(self._length, stop)
 
     def _input_rows(self, x: np.ndarray) -> np.ndarray:
         """``x`` ([B, S, H, D] or [B, H, S, D]) as the 3-D rows the quantize kernel takes, in the order of
-        ``_cache_rows``: (B, S*H, D), or (B*H, S, D) for ``"bhsd"`` (a copy only if ``x`` is strided)."""
+        ``_as_rows``: (B, S*H, D), or (B*H, S, D) for ``"bhsd"`` (a copy only if ``x`` is strided)."""
         if not x.flags.aligned:  # a view of a byte buffer at an odd offset: the kernel reads float*
             x = np.array(x, order="C")
         b, d1, d2, d = x.shape
@@ -216,9 +213,8 @@ class QuantizedKVCache:
             shape, strides = (a.shape[0], a.shape[1] * a.shape[2], a.shape[3]), (s[0], s[2], s[3])
         return np.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
 
-    def _cache_rows(self, a: np.ndarray, start: int, stop: int) -> np.ndarray:
-        """Positions [start, stop) of one of the cache's arrays, as the quantize kernel's rows."""
-        rows = self._rows[id(a)]
+    def _positions_of(self, rows: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """Positions [start, stop) of one of ``_rows``' arrays."""
         if self._seq_dim2:
             return rows[:, start:stop]
         h = self._n_kv_heads

@@ -16,7 +16,7 @@ from typing import Tuple
 
 import numpy as np
 
-from . import _dispatch, _threads
+from . import _dispatch
 from ._threads import get_num_threads
 
 _QMIN, _QMAX = -128, 127
@@ -74,10 +74,9 @@ def quantize_per_token(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     q8 = np.empty(x.shape, np.int8)
     scales = np.empty(x.shape[:-1] + (1,), np.float32)
     zero_points = np.empty(x.shape[:-1] + (1,), np.int8)
-    selected = _dispatch._selection
-    module = selected.module if selected is not None else _dispatch.selection().module
-    bad = module.quantize_rows(rows.reshape(1, -1, d), q8.reshape(1, -1, d), scales.reshape(1, -1, 1),
-                               zero_points.reshape(1, -1, 1), _threads._num_threads or get_num_threads(), False)
+    bad = _dispatch.selection().module.quantize_rows(rows.reshape(1, -1, d), q8.reshape(1, -1, d),
+                                                     scales.reshape(1, -1, 1), zero_points.reshape(1, -1, 1),
+                                                     get_num_threads(), False)
     if bad >= 0:
         raise ValueError("x " + _NOT_FINITE)
     return q8, scales, zero_points
