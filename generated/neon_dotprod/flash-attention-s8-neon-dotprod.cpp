@@ -140,6 +140,14 @@ struct RowPrefetch {
     for (size_t t = from; t < n; ++t) prefetch_row(p + t * ld, bytes);
     for (size_t t = from; t < n2; ++t) prefetch_row(p2 + t * ld2, bytes2);
   }
+  // The pieces from `by` on, renumbered from 0 (the part of the work a later loop takes).
+  RowPrefetch from(size_t by) const {
+    RowPrefetch f = *this;
+    f.p += (by < n ? by : n) * ld, f.n = by < n ? n - by : 0;
+    f.p2 += (by < n2 ? by : n2) * ld2, f.n2 = by < n2 ? n2 - by : 0;
+    return f;
+  }
+  bool pending() const { return n || n2; }
 };
 
 // A row into L1 (the next tiles' keys).
@@ -291,43 +299,66 @@ inline void pv_tile(size_t nb, const float* w, size_t ldw, const VT* v, size_t l
   }
 }
 
+// How pv_rows cuts a row of head_dim columns: full column tiles up to tiles_end, then either two
+// tiles for the last 5 vectors (split_last) or one narrower tile for what is left.
+// A lone last vector would be a tile of only PV_ROWS FMA chains, too few to cover the FMA latency
+// (AVX2, D 128: 5 x 3 + 1 -> 4 x 3 + 2 x 2 vectors, 512-token prefill 1.3-2% faster, decode unchanged).
+struct PvColumns {
+  size_t tiles_end;
+  bool split_last;
+  // Key loops that carry prefetch work: the full tiles and the two split ones.
+  size_t prefetch_loops() const { return tiles_end / (4 * NF) + (split_last ? 2 : 0); }
+};
+
+inline PvColumns pv_columns(size_t head_dim) {
+  constexpr size_t kCols = 4 * NF;
+  const bool split_last = head_dim % NF == 0 && head_dim > kCols && (head_dim / NF) % 4 == 1;
+  return {split_last ? head_dim - kCols - NF : head_dim / kCols * kCols, split_last};
+}
+
 template <int TRt, typename VT>
 inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const VT* v, size_t ldv,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
                     const RowPrefetch& pf) {
   constexpr size_t kCols = 4 * NF;
-  // A lone last vector would be a tile of only TRt FMA chains, too few to cover the FMA latency:
-  // the last 5 vectors then go as two tiles of 3 and 2
-  // (AVX2, D 128: 5 x 3 + 1 -> 4 x 3 + 2 x 2 vectors, 512-token prefill 1.3-2% faster, decode unchanged).
-  const bool split_last = head_dim % NF == 0 && head_dim > kCols && (head_dim / NF) % 4 == 1;
-  const size_t tiles_end = split_last ? head_dim - kCols - NF : head_dim / kCols * kCols;
-  bool pf_pending = pf.n || pf.n2;
-  if (head_dim < kCols) {  // no full tile (and so no split either): the prefetch work in one go
-    pf.rest(0);
-    pf_pending = false;
+  const PvColumns cols = pv_columns(head_dim);
+  const bool split_last = cols.split_last;
+  const size_t tiles_end = cols.tiles_end;
+  // The prefetch work: nb pieces per column tile's key loop, in order, whatever is left in one go.
+  RowPrefetch todo = pf;
+  if (head_dim < kCols) {  // no full tile (and so no split either)
+    todo.rest(0);
+    todo = RowPrefetch{};
   }
   size_t d0 = 0;
   for (; d0 < tiles_end; d0 += kCols) {
-    if (pf_pending) {  // the prefetch work goes with the first column tile's key loop
-      pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf);
-      pf.rest(nb);
-      pf_pending = false;
+    if (todo.pending()) {
+      pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, todo);
+      todo = todo.from(nb);
     } else {
       pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
     }
   }
   if (split_last) {
     constexpr int kA = 3;
-    if (pf_pending) {
-      pv_tile<TRt, kA, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, pf);
-      pf.rest(nb);
+    if (todo.pending()) {
+      pv_tile<TRt, kA, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, todo);
+      todo = todo.from(nb);
     } else {
       pv_tile<TRt, kA, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
     }
-    pv_tile<TRt, 2, false, false, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale, acc,
-                                                          lda, first);
+    if (todo.pending()) {
+      pv_tile<TRt, 2, false, true, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale,
+                                                             acc, lda, first, todo);
+      todo = todo.from(nb);
+    } else {
+      pv_tile<TRt, 2, false, false, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale,
+                                                              acc, lda, first);
+    }
+    todo.rest(0);
     return;
   }
+  todo.rest(0);
   const size_t rem = head_dim - d0;
   if (rem == 0) return;
   const int nv = static_cast<int>((rem + NF - 1) / NF);
@@ -501,18 +532,42 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
   }
 }
 
+// Q.K^T of all hg KV heads of a block (Mh rows each, a multiple of 4), keys outer and heads
+// inner: in a [B, S, H, D] cache the block's K is then read front to back, a stretch the hardware
+// prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
+// row of the first head, ldk the key stride, ldh the head stride. pf: a piece per key tile.
+template <size_t HD>
+void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const int16_t* q16, size_t ldq,
+                         const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s, const RowPrefetch& pf) {
+  constexpr size_t kKeys = 4;
+  constexpr int kRows = 4;
+  size_t j = 0, step = 0;
+  for (; j + kKeys <= nb; j += kKeys)
+    for (size_t g = 0; g < hg; ++g, ++step) {
+      pf.at(step);
+      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
+        qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, k + g * ldh + j * ldk, ldk, dots + r0 * ld_s + j, ld_s);
+    }
+  pf.rest(step);
+  if (j < nb)
+    for (size_t g = 0; g < hg; ++g)
+      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
+        qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, k + g * ldh + j * ldk, ldk, dots + r0 * ld_s + j, ld_s,
+                       nullptr, false);
+}
+
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
 // online softmax, acc = acc * rescale + W.V - z. L2 prefetch work rides on the first row tile of
 // each phase: pf_qk's during Q.K^T, pf_pv's during P.V (run_item says what they fetch).
 void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x, const Item& it, size_t kvh,
                   const BlockParams& bp, size_t row0, size_t Mh, size_t n0, size_t nb, bool first, bool fetch_k,
-                  const RowPrefetch& pf_qk, const RowPrefetch& pf_pv) {
+                  bool dots_ready, const RowPrefetch& pf_qk, const RowPrefetch& pf_pv) {
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, ld_s = P.kv_block, ldq = query_row_elems(D);
   const size_t kqp = it.b * A.k_qp.b + kvh * A.k_qp.h;
   const int8_t* kblk = A.k + it.b * A.kst.b + kvh * A.kst.h + n0 * A.kst.s;
   const int8_t* vblk = A.v + it.b * A.vst.b + kvh * A.vst.h + n0 * A.vst.s;
   float* S = x.S;
-  int32_t* dots = x.dots;
+  int32_t* dots = x.dots + (A.q8 ? row0 * ld_s : 0);  // a row per item row (qk_heads_keys_outer fills them all)
   const int16_t* q16 = x.q16 + row0 * ldq;
   float* row_max = x.row_max + row0;
   float* row_sum = x.row_sum + row0;
@@ -539,11 +594,11 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
 
   // S = scale * Q.K^T
   if (A.q8) {
-    size_t r0 = 0;
+    size_t r0 = dots_ready ? Mh : 0;
     for (; r0 + 4 <= Mh; r0 += 4)
       qk_rows<4>(keys(r0, 4), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                              r0 == 0 ? &pf_qk : nullptr, Mh > 4);
-    switch (Mh - r0) {
+    switch (Mh - r0) {  // (0 when dots_ready)
       case 1: qk_rows<1>(keys(r0, 1), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
       case 2: qk_rows<2>(keys(r0, 2), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
@@ -709,7 +764,12 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
                   A.v_qp.h, P.kv_block, x.params);
     if (hg > 1) {
       // All heads of a block of keys are one contiguous stretch of K and one of V: the first
-      // block is fetched up front, each next one while this one is computed, a slice per head.
+      // block is fetched up front, each next one while this one is computed. The next block's K
+      // goes a piece per (key tile, head) step of the keys-outer Q.K^T, its V a piece per key of
+      // every P.V column tile of every head, so the prefetches come at an even pace: on Zen 5 a
+      // software prefetch issued while the core's misses are all in flight is dropped (a 128 KiB
+      // burst of them left most lines uncached; spaced ~3 ns apart they all landed), and a burst
+      // during Q.K^T alone, as before, ran several times faster than that.
       const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
@@ -720,17 +780,26 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
       const int8_t* kn = kb + (n0 + nb) * kbytes;
       const int8_t* vn = vb + (n0 + nb) * vbytes;
+      const size_t loops = pv_columns(D).prefetch_loops(), pv_steps = nb * (loops ? loops : 1);
+      const bool keys_outer = A.q8 && Mh % 4 == 0;
+      if (keys_outer) {
+        const RowPrefetch pfk = spread(kn, klen, nullptr, 0, nb / 4 * hg);
+        const int16_t* q16 = x.q16;
+        if (D == 128) qk_heads_keys_outer<128>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+        else if (D == 64) qk_heads_keys_outer<64>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+        else qk_heads_keys_outer<0>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+      }
       for (size_t g = 0; g < hg; ++g) {
-        // This head's share of the next block's K and V, a piece of each per key during Q.K^T
-        // (its loop is unrolled by whole tiles; P.V's first column tile, with this work, was not).
+        // This head's share of the next block's V (and of its K when Q.K^T runs head by head).
         const size_t k0 = klen * g / hg, k1 = klen * (g + 1) / hg, v0 = vlen * g / hg, v1 = vlen * (g + 1) / hg;
         attend_block(A, P, x, it, it.kvh0 + g, head_params(x, P.kv_block, g), g * Mh, Mh, n0, nb, first, false,
-                     spread(kn + k0, k1 - k0, vn + v0, v1 - v0, nb), RowPrefetch{});
+                     keys_outer, keys_outer ? RowPrefetch{} : spread(kn + k0, k1 - k0, nullptr, 0, nb),
+                     spread(vn + v0, v1 - v0, nullptr, 0, pv_steps));
       }
     } else {
       // One phase ahead: this block's V rows during its Q.K^T, the next block's K rows during P.V.
       const size_t h = it.kvh0;
-      attend_block(A, P, x, it, h, head_params(x, P.kv_block, 0), 0, Mh, n0, nb, first, first,
+      attend_block(A, P, x, it, h, head_params(x, P.kv_block, 0), 0, Mh, n0, nb, first, first, false,
                    RowPrefetch{A.v + it.b * A.vst.b + h * A.vst.h + n0 * A.vst.s, A.vst.s, nb, A.head_dim},
                    RowPrefetch{A.k + it.b * A.kst.b + h * A.kst.h + (n0 + nb) * A.kst.s, A.kst.s, next_nb, A.head_dim});
     }
