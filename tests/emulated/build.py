@@ -146,7 +146,14 @@ def main() -> int:
     base = (["-std=c++17", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
             + list(registry.COMMON_CFLAGS) + openmp)
     includes = [f"-I{gen}", f"-I{ROOT / 'csrc'}"] + pybind_inc
-    emu_common = base + host + ["-mno-avx512f", "-Wno-psabi", f"-I{HERE}"]
+    # Without AVX-512, SIMDe's 512-bit vectors are passed by value in memory (-Wno-psabi), 64-byte
+    # aligned, and GCC 12 lets a callee rely on that alignment for its own frame. A caller that
+    # kept only 16 did not honour it: an out-of-line mm512_mask_storeu_ps (shim) called from
+    # flash_attention's run_item faulted on an aligned load from its frame (SIGSEGV, si_addr 0, in
+    # the property test). Every call site here keeps 64 bytes; entry points still assume only the
+    # ABI's 16 (they are called from Python).
+    emu_common = base + host + ["-mno-avx512f", "-Wno-psabi", "-mpreferred-stack-boundary=6",
+                                "-mincoming-stack-boundary=4", f"-I{HERE}"]
     emu_flags = {fam: emu_common + [spec["define"]] + includes + sanitize for fam, spec in FAMILIES.items()}
     families = [fam for fam in FAMILIES if any(isa.family == fam for isa in isas)]
     support = registry.isa_by_name(SUPPORT_ISA)
