@@ -171,6 +171,11 @@ inline void transpose8_s8_f32(const int8_t* in, size_t ld_in, float* out, size_t
     r[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i * ld_in))));
   transpose8_store(r, out, ldo);
 }
+// Sixteen accumulators -> their sixteen sums: two eight-wide reductions (AVX-512 has a tree of its own).
+inline void dreduce16(const vi* a, int32_t* out) {
+  dreduce8(a, out);
+  dreduce8(a + 8, out + 8);
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the

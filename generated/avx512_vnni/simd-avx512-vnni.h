@@ -90,6 +90,21 @@ inline void dreduce8(const vi* a, int32_t* out) {
   const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
 }
+// Sixteen accumulators -> their sixteen sums in one vector (out[i] = sum of a[i]): a transpose-and-add
+// tree that halves the vector count at each level (32-bit, 64-bit, then two 128-bit-lane levels) and
+// ends in order, 45 instructions where two dreduce8 take 50 with six 3-uop vphaddd each.
+inline void dreduce16(const vi* a, int32_t* out) {
+  vi b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i)
+    b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    c[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(b[2 * i], b[2 * i + 1]), _mm512_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
+  for (int i = 0; i < 2; ++i)  // c[i]: lane L holds lane L's partial sums of a[4i .. 4i + 3]
+    d[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
+                            _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  const vi e = _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
+  _mm512_storeu_si512(out, e);
+}
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are
 // moved, not computed, so the result is the scalar gather's. AVX2 instructions: the AVX-512

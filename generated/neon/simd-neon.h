@@ -100,6 +100,11 @@ inline void dreduce8(const vi* a, int32_t* out) {
   vst1q_s32(out, vpaddq_s32(vpaddq_s32(a[0], a[1]), vpaddq_s32(a[2], a[3])));
   vst1q_s32(out + 4, vpaddq_s32(vpaddq_s32(a[4], a[5]), vpaddq_s32(a[6], a[7])));
 }
+// Sixteen accumulators -> their sixteen sums: two eight-wide reductions (AVX-512 has a tree of its own).
+inline void dreduce16(const vi* a, int32_t* out) {
+  dreduce8(a, out);
+  dreduce8(a + 8, out + 8);
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the

@@ -64,6 +64,11 @@ inline vk kload16_n(const int8_t* p, int n) { return n > 0 ? *p : 0; }
 inline vi qdot16(vi acc, vk k, const int16_t* q) { return acc + k * *q; }
 inline vi qdot16_first(vk k, const int16_t* q) { return k * *q; }  // a fresh accumulator's first step
 inline void dreduce8(const vi* a, int32_t* out) { for (int i = 0; i < 8; ++i) out[i] = a[i]; }
+// Sixteen accumulators -> their sixteen sums: two eight-wide reductions (AVX-512 has a tree of its own).
+inline void dreduce16(const vi* a, int32_t* out) {
+  dreduce8(a, out);
+  dreduce8(a + 8, out + 8);
+}
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
