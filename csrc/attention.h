@@ -71,9 +71,9 @@ inline size_t align_up(size_t bytes) { return (bytes + (kScratchAlign - 1)) & ~(
 // flash-decoding partials follow the slices. Every offset is a multiple of 64 bytes.
 struct ScratchLayout {
   // Offsets inside a thread's slice, and the sizes the kernel touches.
-  size_t q_off, q_bytes;            // packed query rows: fp32 M x D, or int16 (q - zq) M x pad(D)
+  size_t q_off, q_bytes;            // packed query rows: fp32 M x D, or int16 (q - zq) M x pad(D) (u8 q + 128 in the first half)
   size_t qscale_off, qscale_bytes;  // int8 query: M fp32 (q scale * softmax scale) ...
-  size_t qsum_off, qsum_bytes;      // ... and M int32 sums of (q - zq)
+  size_t qsum_off, qsum_bytes;      // ... and M int32 sums of (q - zq), then M int32 128 + zq (u8 Q.K^T scheme)
   size_t dots_off, dots_bytes;      // int8 query: exact int32 dot products, M x kv_block
   size_t s_off, s_bytes;            // scores / probabilities / weights, M x kv_block fp32
   size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32) per KV head
@@ -110,7 +110,7 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
   place(float_query ? rows * head_dim * sizeof(float) : rows * query_row_elems(head_dim) * sizeof(int16_t), L.q_off,
         L.q_bytes);
   place(i8q * rows * sizeof(float), L.qscale_off, L.qscale_bytes);
-  place(i8q * rows * sizeof(int32_t), L.qsum_off, L.qsum_bytes);
+  place(i8q * 2 * rows * sizeof(int32_t), L.qsum_off, L.qsum_bytes);
   place(i8q * rows * kv_block * sizeof(int32_t), L.dots_off, L.dots_bytes);
   place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
   place(4 * kv_block * sizeof(float) * heads, L.params_off, L.params_bytes);

@@ -281,7 +281,7 @@ def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials
     # int8 queries are kept as int16 (q - zq), each row zero-padded to a multiple of 64 elements.
     qbytes = rows * head_dim * 4 if float_query else rows * -(-head_dim // 64) * 64 * 2
     i8 = 0 if float_query else 1
-    expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 4 * rows,
+    expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 8 * rows,
                 "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block * heads,
                 "value_rows": 0 if convert_v else kv_block * head_dim, "value_f32": 4 * kv_block * head_dim if convert_v else 0,
                 "row_terms": 8 * rows,

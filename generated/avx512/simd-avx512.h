@@ -68,6 +68,8 @@ inline vd dload_b_n(const int8_t* p, int n) { return dload_a_n(p, n); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b)); }
 // Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16 (|q - zq| <=
 // 255), K widened to int16; every product pair fits int32 exactly.
+constexpr bool kQkU8 = false;
+using qelem = int16_t;
 constexpr int QKB = 32;
 using vk = __m512i;
 inline vk kload16(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -78,6 +80,7 @@ inline vi qdot16(vi acc, vk k, const int16_t* q) {
   return _mm512_add_epi32(acc, _mm512_madd_epi16(k, _mm512_loadu_si512(q)));
 }
 inline vi qdot16_first(vk k, const int16_t* q) { return _mm512_madd_epi16(k, _mm512_loadu_si512(q)); }
+inline vi ksum_step(vi acc, vk) { return acc; }  // the s16 scheme needs no key sums
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]): fold to 256 bits, then a hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {
   __m256i h[8];
@@ -87,10 +90,10 @@ inline void dreduce8(const vi* a, int32_t* out) {
   const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
 }
-// Sixteen accumulators -> their sixteen sums in one vector (out[i] = sum of a[i]): a transpose-and-add
+// Sixteen accumulators -> their sixteen sums in one vector (lane i = sum of a[i]): a transpose-and-add
 // tree that halves the vector count at each level (32-bit, 64-bit, then two 128-bit-lane levels) and
 // ends in order, 45 instructions where two dreduce8 take 50 with six 3-uop vphaddd each.
-inline void dreduce16(const vi* a, int32_t* out) {
+inline vi dreduce16_v(const vi* a) {
   vi b[8], c[4], d[2];
   for (int i = 0; i < 8; ++i)
     b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
@@ -99,9 +102,9 @@ inline void dreduce16(const vi* a, int32_t* out) {
   for (int i = 0; i < 2; ++i)  // c[i]: lane L holds lane L's partial sums of a[4i .. 4i + 3]
     d[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
                             _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xDD));
-  const vi e = _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
-  _mm512_storeu_si512(out, e);
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
 }
+inline void dreduce16(const vi* a, int32_t* out) { _mm512_storeu_si512(out, dreduce16_v(a)); }
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are
 // moved, not computed, so the result is the scalar gather's. AVX2 instructions: the AVX-512
@@ -143,6 +146,7 @@ inline void transpose8_s8_f32(const int8_t* in, size_t ld_in, float* out, size_t
     r[i] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in + i * ld_in))));
   transpose8_store(r, out, ldo);
 }
+inline void qk_u8_finish_4x4(const vi*, const vi*, const int32_t*, int32_t*, size_t) {}  // u8 scheme only
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the

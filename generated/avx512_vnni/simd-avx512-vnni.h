@@ -69,18 +69,21 @@ inline vd dload_a_n(const int8_t* p, int n) {
 }
 inline vd dload_b_n(const int8_t* p, int n) { return _mm512_maskz_loadu_epi8(lanes64(n), p); }
 inline vi ddot(vi acc, vd a, vd b) { return _mm512_dpbusd_epi32(acc, a, b); }
-// Attention Q.K^T (s16 scheme): query rows pre-shifted by their zero point into int16 (|q - zq| <=
-// 255), K widened to int16; every product pair fits int32 exactly.
-constexpr int QKB = 32;
+// Attention Q.K^T (u8 scheme, VNNI): query rows stored as u8 q + 128, K rows as the cache holds them,
+// vpdpbusd on 64 of each a step (no widening, half the dot instructions of int16). sum (q + 128) k =
+// sum q k + 128 sum k, so qk_tile also sums each key (vpdpbusd with a ones vector) and takes
+// (128 + zq) * sum k off each dot: what is left is the s16 scheme's dot(q - zq, k), exactly.
+constexpr bool kQkU8 = true;
+using qelem = uint8_t;
+constexpr int QKB = 64;
 using vk = __m512i;
-inline vk kload16(const int8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline vk kload16_n(const int8_t* p, int n) {
-  return _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(static_cast<__mmask32>(n >= 32 ? ~0u : ((1u << n) - 1u)), p));
+inline vk kload16(const int8_t* p) { return _mm512_loadu_si512(p); }
+inline vk kload16_n(const int8_t* p, int n) { return _mm512_maskz_loadu_epi8(lanes64(n), p); }
+inline vi qdot16(vi acc, vk k, const uint8_t* q) { return _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(q), k); }
+inline vi qdot16_first(vk k, const uint8_t* q) {
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(q), k);
 }
-inline vi qdot16(vi acc, vk k, const int16_t* q) {
-  return _mm512_dpwssd_epi32(acc, k, _mm512_loadu_si512(q));  // VNNI: multiply-add of int16 pairs, fused
-}
-inline vi qdot16_first(vk k, const int16_t* q) { return _mm512_madd_epi16(k, _mm512_loadu_si512(q)); }
+inline vi ksum_step(vi acc, vk k) { return _mm512_dpbusd_epi32(acc, _mm512_set1_epi8(1), k); }
 // Eight accumulators -> their eight sums (out[i] = sum of a[i]): fold to 256 bits, then a hadd tree.
 inline void dreduce8(const vi* a, int32_t* out) {
   __m256i h[8];
@@ -90,10 +93,10 @@ inline void dreduce8(const vi* a, int32_t* out) {
   const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
 }
-// Sixteen accumulators -> their sixteen sums in one vector (out[i] = sum of a[i]): a transpose-and-add
+// Sixteen accumulators -> their sixteen sums in one vector (lane i = sum of a[i]): a transpose-and-add
 // tree that halves the vector count at each level (32-bit, 64-bit, then two 128-bit-lane levels) and
 // ends in order, 45 instructions where two dreduce8 take 50 with six 3-uop vphaddd each.
-inline void dreduce16(const vi* a, int32_t* out) {
+inline vi dreduce16_v(const vi* a) {
   vi b[8], c[4], d[2];
   for (int i = 0; i < 8; ++i)
     b[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
@@ -102,8 +105,26 @@ inline void dreduce16(const vi* a, int32_t* out) {
   for (int i = 0; i < 2; ++i)  // c[i]: lane L holds lane L's partial sums of a[4i .. 4i + 3]
     d[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0x88),
                             _mm512_shuffle_i32x4(c[2 * i], c[2 * i + 1], 0xDD));
-  const vi e = _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
-  _mm512_storeu_si512(out, e);
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
+}
+inline void dreduce16(const vi* a, int32_t* out) { _mm512_storeu_si512(out, dreduce16_v(a)); }
+// The u8 scheme's 4 x 4 tile: out[r * ldd + j] = sum(acc[4r + j]) - bias[r] * sum(ks[j]), in
+// wrapping int32 (bias = 128 + zq of row r). The key sums reduce to one 128-bit lane repeated four
+// times, which is the lane pattern lane 4r + j needs.
+inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, int32_t* out, size_t ldd) {
+  const vi e = dreduce16_v(acc);
+  const vi b0 = _mm512_add_epi32(_mm512_unpacklo_epi32(ks[0], ks[1]), _mm512_unpackhi_epi32(ks[0], ks[1]));
+  const vi b1 = _mm512_add_epi32(_mm512_unpacklo_epi32(ks[2], ks[3]), _mm512_unpackhi_epi32(ks[2], ks[3]));
+  const vi c = _mm512_add_epi32(_mm512_unpacklo_epi64(b0, b1), _mm512_unpackhi_epi64(b0, b1));
+  const vi t = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, 0x4E));
+  const vi ksum = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
+  const vi rows = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const vi bv = _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
+  const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bv, ksum));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(d));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
 }
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are

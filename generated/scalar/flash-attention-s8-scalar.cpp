@@ -173,12 +173,15 @@ inline RowPrefetch spread(const int8_t* p, size_t bytes, const int8_t* p2, size_
   return f;
 }
 
-// Exact int32 dots of TRt query rows (int16, zero-padded to whole steps) with TKt int8 key rows.
+// Exact int32 dots of TRt query rows (zero-padded to whole steps) with TKt int8 key rows: dot(q - zq, k).
+// s16 scheme: the rows are int16 q - zq. u8 scheme (kQkU8): the rows are u8 q + 128, and each key's
+// sum comes out of the same loop, so that (128 + zq) * sum k (qbias[r] = 128 + zq) is taken off.
 // HD: the head dim when known at compile time (the d loop is then unrolled whole), else 0.
 // Always inlined: GCC outlines it once it grows, and the call costs more than the first step saves.
 template <int TRt, int TKt, size_t HD = 0>
-__attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const int16_t* q, size_t ldq,
-                                                   const int8_t* k, size_t ldk, int32_t* dots, size_t ldd) {
+__attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qelem* q, size_t ldq,
+                                                   const int32_t* qbias, const int8_t* k, size_t ldk,
+                                                   int32_t* dots, size_t ldd) {
   const size_t head_dim = HD ? HD : head_dim_arg;
   // With a compile-time row stride the query addresses are one base plus constants. The empty asm
   // hides that the base is the same on every tile: GCC would hoist all TRt x steps addresses out of
@@ -188,10 +191,14 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const in
     __asm__("" : "+r"(q));
   }
   vi acc[TRt * TKt];
+  vi ks[TKt];  // u8 scheme: the keys' sums
+  for (int j = 0; j < TKt; ++j) ks[j] = dzero();
   size_t d = 0;
   if (head_dim >= QKB) {  // the first step initialises the accumulators
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk);
+    if (kQkU8)
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16_first(kv[j], q + r * ldq);
     d = QKB;
@@ -201,15 +208,23 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const in
   for (; d + QKB <= head_dim; d += QKB) {
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);
+    if (kQkU8)
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
-  if (d < head_dim) {  // the key row's tail; the query's padding is zero
+  if (d < head_dim) {  // the key row's tail: K is zero past it, whatever the query's padding holds
     const int rest = static_cast<int>(head_dim - d);
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16_n(k + j * ldk + d, rest);
+    if (kQkU8)
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
+  }
+  if (kQkU8 && TRt == 4 && TKt == 4) {
+    qk_u8_finish_4x4(acc, ks, qbias, dots, ldd);
+    return;
   }
   alignas(64) int32_t sums[TRt * TKt];
   if ((TRt * TKt) % 16 == 0) {
@@ -219,6 +234,13 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const in
   } else {
     for (int i = 0; i < TRt * TKt; ++i) sums[i] = dhsum(acc[i]);
   }
+  if (kQkU8) {  // the u8 scheme's other tile shapes (row and key tails)
+    for (int j = 0; j < TKt; ++j) {
+      const uint32_t sk = static_cast<uint32_t>(dhsum(ks[j]));
+      for (int r = 0; r < TRt; ++r)
+        sums[r * TKt + j] = static_cast<int32_t>(static_cast<uint32_t>(sums[r * TKt + j]) - static_cast<uint32_t>(qbias[r]) * sk);
+    }
+  }
   for (int r = 0; r < TRt; ++r) std::memcpy(dots + r * ldd, sums + r * TKt, sizeof(int32_t) * TKt);
 }
 
@@ -227,8 +249,8 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const in
 // follow (l1), fetches key rows 8 tiles ahead into L1 for them (strided rows are beyond the L1
 // prefetchers). With one row tile (decode) nothing would read those lines again.
 template <int TRt, size_t HD>
-inline void qk_rows_hd(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                       int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
+inline void qk_rows_hd(size_t nb, size_t head_dim, const qelem* q, size_t ldq, const int32_t* qbias, const int8_t* k,
+                       size_t ldk, int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
   constexpr size_t kKeys = 2, kAhead = 8 * kKeys;
   size_t j = 0;
   if (pf && l1) {
@@ -237,28 +259,28 @@ inline void qk_rows_hd(size_t nb, size_t head_dim, const int16_t* q, size_t ldq,
         pf->at(j + t);
         prefetch_row_l1(k + (j + kAhead + t) * ldk, HD ? HD : head_dim);
       }
-      qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+      qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, qbias, k + j * ldk, ldk, dots + j, ldd);
     }
   }
   for (; j + kKeys <= nb; j += kKeys) {
     if (pf)
       for (size_t t = 0; t < kKeys; ++t) pf->at(j + t);
-    qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd);
+    qk_tile<TRt, kKeys, HD>(head_dim, q, ldq, qbias, k + j * ldk, ldk, dots + j, ldd);
   }
   if (pf) pf->rest(j);
   switch (nb - j) {
-    case 1: qk_tile<TRt, 1, HD>(head_dim, q, ldq, k + j * ldk, ldk, dots + j, ldd); break;
+    case 1: qk_tile<TRt, 1, HD>(head_dim, q, ldq, qbias, k + j * ldk, ldk, dots + j, ldd); break;
     default: break;
   }
 }
 
 // The common head dims get a d loop of compile-time length.
 template <int TRt>
-inline void qk_rows(size_t nb, size_t head_dim, const int16_t* q, size_t ldq, const int8_t* k, size_t ldk,
-                    int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
-  if (head_dim == 128) qk_rows_hd<TRt, 128>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
-  else if (head_dim == 64) qk_rows_hd<TRt, 64>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
-  else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, k, ldk, dots, ldd, pf, l1);
+inline void qk_rows(size_t nb, size_t head_dim, const qelem* q, size_t ldq, const int32_t* qbias, const int8_t* k,
+                    size_t ldk, int32_t* dots, size_t ldd, const RowPrefetch* pf, bool l1) {
+  if (head_dim == 128) qk_rows_hd<TRt, 128>(nb, head_dim, q, ldq, qbias, k, ldk, dots, ldd, pf, l1);
+  else if (head_dim == 64) qk_rows_hd<TRt, 64>(nb, head_dim, q, ldq, qbias, k, ldk, dots, ldd, pf, l1);
+  else qk_rows_hd<TRt, 0>(nb, head_dim, q, ldq, qbias, k, ldk, dots, ldd, pf, l1);
 }
 
 // A vector of V: widened from the int8 cache, or loaded from a block already converted to fp32.
@@ -466,10 +488,11 @@ struct Slice {
   int8_t* vcopy;    // the block's V rows of one head, packed (strided caches) ...
   float* vf32;      // ... or converted to fp32 (AttentionPlan::convert_v)
   unsigned char* params;  // the block's per-key qparams of each of the item's KV heads (BlockParams)
-  int16_t* q16;     // int8 query: item rows x ldq of (q - zq)
+  qelem* q16;       // int8 query: item rows x ldq of int16 q - zq, or (kQkU8) u8 q + 128
   float* qf;        // fp32 query: item rows x D
   float* qcoef;     // q scale * softmax scale
   int32_t* qsum;    // sum(q - zq)
+  int32_t* qbias;   // kQkU8: 128 + zq
 };
 
 inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, unsigned char* slice) {
@@ -484,10 +507,11 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   x.vcopy = reinterpret_cast<int8_t*>(slice + L.vcopy_off);
   x.vf32 = reinterpret_cast<float*>(slice + L.vf32_off);
   x.params = slice + L.params_off;
-  x.q16 = reinterpret_cast<int16_t*>(slice + L.q_off);
+  x.q16 = reinterpret_cast<qelem*>(slice + L.q_off);
   x.qf = reinterpret_cast<float*>(slice + L.q_off);
   x.qcoef = reinterpret_cast<float*>(slice + L.qscale_off);
   x.qsum = reinterpret_cast<int32_t*>(slice + L.qsum_off);
+  x.qbias = x.qsum + rows;
   return x;
 }
 
@@ -539,8 +563,9 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
 // prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
 // row of the first head, ldk the key stride, ldh the head stride. pf: a piece per key tile.
 template <size_t HD>
-void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const int16_t* q16, size_t ldq,
-                         const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s, const RowPrefetch& pf) {
+void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const qelem* q16, size_t ldq,
+                         const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
+                         const RowPrefetch& pf) {
   constexpr size_t kKeys = 2;
   constexpr int kRows = 4;
   size_t j = 0, step = 0;
@@ -548,14 +573,15 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
     for (size_t g = 0; g < hg; ++g, ++step) {
       pf.at(step);
       for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
-        qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, k + g * ldh + j * ldk, ldk, dots + r0 * ld_s + j, ld_s);
+        qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                  dots + r0 * ld_s + j, ld_s);
     }
   pf.rest(step);
   if (j < nb)
     for (size_t g = 0; g < hg; ++g)
       for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
-        qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, k + g * ldh + j * ldk, ldk, dots + r0 * ld_s + j, ld_s,
-                       nullptr, false);
+        qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                       dots + r0 * ld_s + j, ld_s, nullptr, false);
 }
 
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
@@ -570,7 +596,8 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   const int8_t* vblk = A.v + it.b * A.vst.b + kvh * A.vst.h + n0 * A.vst.s;
   float* S = x.S;
   int32_t* dots = x.dots + (A.q8 ? row0 * ld_s : 0);  // a row per item row (qk_heads_keys_outer fills them all)
-  const int16_t* q16 = x.q16 + row0 * ldq;
+  const qelem* q16 = x.q16 + row0 * ldq;
+  const int32_t* qbias = x.qbias + row0;
   float* row_max = x.row_max + row0;
   float* row_sum = x.row_sum + row0;
   float* rescale = x.rescale + row0;
@@ -598,14 +625,14 @@ void attend_block(const AttentionArgs& A, const AttentionPlan& P, const Slice& x
   if (A.q8) {
     size_t r0 = dots_ready ? Mh : 0;
     for (; r0 + 4 <= Mh; r0 += 4)
-      qk_rows<4>(keys(r0, 4), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      qk_rows<4>(keys(r0, 4), D, q16 + r0 * ldq, ldq, qbias + r0, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                              r0 == 0 ? &pf_qk : nullptr, Mh > 4);
     switch (Mh - r0) {  // (0 when dots_ready)
-      case 1: qk_rows<1>(keys(r0, 1), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 1: qk_rows<1>(keys(r0, 1), D, q16 + r0 * ldq, ldq, qbias + r0, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
-      case 2: qk_rows<2>(keys(r0, 2), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 2: qk_rows<2>(keys(r0, 2), D, q16 + r0 * ldq, ldq, qbias + r0, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
-      case 3: qk_rows<3>(keys(r0, 3), D, q16 + r0 * ldq, ldq, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
+      case 3: qk_rows<3>(keys(r0, 3), D, q16 + r0 * ldq, ldq, qbias + r0, kblk, A.kst.s, dots + r0 * ld_s, ld_s,
                                      r0 == 0 ? &pf_qk : nullptr, false); break;
       default: break;
     }
@@ -729,14 +756,15 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const size_t qp = it.b * A.q_qp.b + h * A.q_qp.h + pos * A.q_qp.s;
       const int32_t zq = A.q_zp[qp];
       const int8_t* in = A.q8 + src;
-      int16_t* o = x.q16 + row * ldq;
+      qelem* o = x.q16 + row * ldq;
       int32_t sum = 0;
       for (size_t d = 0; d < D; ++d) {
-        o[d] = static_cast<int16_t>(in[d] - zq);
-        sum += o[d];
+        sum += in[d] - zq;
+        o[d] = static_cast<qelem>(kQkU8 ? in[d] + 128 : in[d] - zq);
       }
       for (size_t d = D; d < ldq; ++d) o[d] = 0;
       x.qsum[row] = sum;
+      x.qbias[row] = 128 + zq;
       x.qcoef[row] = A.q_scale[qp] * A.scale;
     } else {
       std::memcpy(x.qf + row * D, A.qf + src, D * sizeof(float));
@@ -786,10 +814,10 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const bool keys_outer = A.q8 && Mh % 4 == 0;
       if (keys_outer) {
         const RowPrefetch pfk = spread(kn, klen, nullptr, 0, nb / 2 * hg);
-        const int16_t* q16 = x.q16;
-        if (D == 128) qk_heads_keys_outer<128>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
-        else if (D == 64) qk_heads_keys_outer<64>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
-        else qk_heads_keys_outer<0>(hg, Mh, nb, D, q16, ldq, kb + n0 * kbytes, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+        const int8_t* kblk = kb + n0 * kbytes;
+        if (D == 128) qk_heads_keys_outer<128>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+        else if (D == 64) qk_heads_keys_outer<64>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
+        else qk_heads_keys_outer<0>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
       }
       for (size_t g = 0; g < hg; ++g) {
         // This head's share of the next block's V (and of its K when Q.K^T runs head by head).

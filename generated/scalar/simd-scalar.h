@@ -69,6 +69,11 @@ inline void dreduce16(const vi* a, int32_t* out) {
   dreduce8(a, out);
   dreduce8(a + 8, out + 8);
 }
+// Q.K^T runs the s16 scheme here: int16 query rows (q - zq), no key sums.
+constexpr bool kQkU8 = false;
+using qelem = int16_t;
+inline vi ksum_step(vi acc, vk) { return acc; }
+inline void qk_u8_finish_4x4(const vi*, const vi*, const int32_t*, int32_t*, size_t) {}  // u8 scheme only
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
 // (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
