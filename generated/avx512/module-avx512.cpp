@@ -65,7 +65,12 @@ void attach_arena(py::module_& mod) {
 
 }  // namespace
 
-PYBIND11_MODULE(_kernels_avx512, mod) {
+// The module's Python name. A build for A/B timing (CMake's QSDPA_AB_SUFFIX, tools/ab_decode.py)
+// renames it: a second build under the same name would load as the installed one.
+#ifndef QSDPA_MODULE_NAME
+#define QSDPA_MODULE_NAME _kernels_avx512
+#endif
+PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   mod.doc() = "qsdpa kernels for ISA 'avx512' (AVX-512 F/BW/DQ/VL (Skylake-SP, Zen 4)). Generated; see templates/.";
   mod.attr("ISA") = "avx512";
   mod.attr("MAX_DOT_K") = qsdpa::kMaxDotK;

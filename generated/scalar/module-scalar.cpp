@@ -67,7 +67,12 @@ void attach_arena(py::module_& mod) {
 
 }  // namespace
 
-PYBIND11_MODULE(_kernels_scalar, mod) {
+// The module's Python name. A build for A/B timing (CMake's QSDPA_AB_SUFFIX, tools/ab_decode.py)
+// renames it: a second build under the same name would load as the installed one.
+#ifndef QSDPA_MODULE_NAME
+#define QSDPA_MODULE_NAME _kernels_scalar
+#endif
+PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   mod.doc() = "qsdpa kernels for ISA 'scalar' (portable C++, no ISA flags; also hosts the native CPU/OS feature check). Generated; see templates/.";
   mod.attr("ISA") = "scalar";
   mod.attr("MAX_DOT_K") = qsdpa::kMaxDotK;

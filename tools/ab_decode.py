@@ -1,0 +1,102 @@
+"""Paired A/B timing of two builds of one variant on a decode step, in one process.
+
+A is the installed variant module; B is a build of the working tree (or of any revision) made with
+CMake's QSDPA_AB_SUFFIX, so that its module has another name and loads beside A (a second build
+under the same name would come back as the installed one, and an A/B would time a build against
+itself):
+
+    cmake -S . -B /tmp/ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DQSDPA_AB_SUFFIX=_ab \
+          -Dpybind11_DIR="$(python -m pybind11 --cmakedir)"
+    ninja -C /tmp/ab _kernels_avx512_vnni
+    python tools/ab_decode.py /tmp/ab/_kernels_avx512_vnni_ab.*.so --regime cold --threads 1
+
+Both run on the same inputs, alternating call by call (ABBA order), and their outputs must be the
+same bits unless --allow-diff. Printed: each build's median time and the median over pairs of
+B/A (below 1: B is faster). Cold: the caches of --layers layers in rotation, back to back (each
+call's K/V last read --layers calls ago); hot: an untimed call on the same layer before each timed
+one. On a shared VM, repeat a comparison a few times: ratios move by a few percent between runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from qsdpa import _dispatch, quantize_per_token
+
+MODELS = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64), "small": (9, 3, 64)}
+
+
+def load_b(path: str, isa: str):
+    name = os.path.basename(path).split(".")[0]
+    if not name.startswith(f"_kernels_{isa}") or name == f"_kernels_{isa}":
+        raise SystemExit(f"{path}: expected a module named _kernels_{isa}<suffix> (build with -DQSDPA_AB_SUFFIX)")
+    spec = importlib.util.spec_from_file_location(f"qsdpa.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if module.ISA != isa:
+        raise SystemExit(f"{path} is variant {module.ISA!r}, not {isa!r}")
+    return module
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("b", help="the B build's module (.so), named _kernels_<isa><suffix>")
+    ap.add_argument("--isa", default=None, help="variant (default: the dispatched one)")
+    ap.add_argument("--model", default="llama3-8b", choices=sorted(MODELS))
+    ap.add_argument("--ctx", type=int, default=2048, help="cached tokens (the step attends ctx + 1 keys)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--regime", default="cold", choices=("hot", "cold"))
+    ap.add_argument("--layers", type=int, default=16, help="cold: layers in rotation")
+    ap.add_argument("--calls", type=int, default=200, help="timed calls of each build")
+    ap.add_argument("--allow-diff", action="store_true", help="do not require bit-identical outputs")
+    args = ap.parse_args(argv)
+
+    isa = args.isa or _dispatch.get_isa()
+    builds = {"A": _dispatch.load_variant(isa), "B": load_b(args.b, isa)}
+    hq, hkv, d = MODELS[args.model]
+    rng = np.random.default_rng(0)
+    s_kv = args.ctx + 1
+    k8, ks, kz = quantize_per_token(rng.standard_normal((1, s_kv, hkv, d), dtype=np.float32))
+    v8, vs, vz = quantize_per_token(rng.standard_normal((1, s_kv, hkv, d), dtype=np.float32))
+    q8, qs, qz = quantize_per_token(rng.standard_normal((1, 1, hq, d), dtype=np.float32))
+    n_layers = args.layers if args.regime == "cold" else 1
+    layers = [[np.copy(a) for a in (k8, ks, kz, v8, vs, vz)] for _ in range(n_layers)]
+    outs = {n: np.empty(q8.shape, np.float32) for n in builds}
+    scale = 1.0 / np.sqrt(d)
+
+    def call(name: str, layer: int) -> None:
+        k, kscale, kzp, v, vscale, vzp = layers[layer]
+        builds[name].quantized_sdpa(q8, qs, qz, k, kscale, kzp, v, vscale, vzp, None, s_kv - 1, True, scale, False,
+                                    outs[name], args.threads, 0)
+
+    for name in builds:
+        for layer in range(n_layers):
+            call(name, layer)
+    if not args.allow_diff and not np.array_equal(outs["A"], outs["B"]):
+        print("A and B give different outputs (--allow-diff to time them anyway)", file=sys.stderr)
+        return 1
+    times = {n: [] for n in builds}
+    layer = 0
+    for i in range(args.calls):
+        for name in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            if args.regime == "hot":
+                call(name, 0)
+            t0 = time.perf_counter()
+            call(name, layer % n_layers if args.regime == "cold" else 0)
+            times[name].append(time.perf_counter() - t0)
+            layer += 1
+    med = {n: statistics.median(t) * 1e6 for n, t in times.items()}
+    ratio = statistics.median(b / a for a, b in zip(times["A"], times["B"]))
+    print(f"{isa} {args.model} decode ctx={args.ctx} t={args.threads} {args.regime}: A {med['A']:.1f} us, "
+          f"B {med['B']:.1f} us; B/A median of {args.calls} pairs {ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
