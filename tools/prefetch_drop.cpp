@@ -7,8 +7,8 @@
 //   /tmp/prefetch_drop 16384 0     # chunk bytes, hint (0: t0, 1: t1, 2: t2, 3: nta, -1: no prefetch)
 //
 // On the Zen 5 VM of 2026-12-01 (docs/benchmarks.md): with no gap, 128 KiB of prefetcht1 left most
-// lines uncached (the read after ran at 33-46 GB/s, no prefetch at all 29-31); with ~3 ns between
-// prefetches they all landed (92-110 GB/s; a read of cached lines: 120-136). So a kernel's
+// lines uncached (the read after ran at 32-46 GB/s, no prefetch at all 26-32); with ~2-3 ns
+// between prefetches they landed (60-110 GB/s; a read of cached lines: 120-136). So a kernel's
 // prefetches must come at an even pace, not in a burst.
 #include <immintrin.h>
 
