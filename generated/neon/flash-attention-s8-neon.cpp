@@ -197,7 +197,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   if (head_dim >= QKB) {  // the first step initialises the accumulators
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk);
-    if (kQkU8)
+    if constexpr (kQkU8)
       for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16_first(kv[j], q + r * ldq);
@@ -208,7 +208,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   for (; d + QKB <= head_dim; d += QKB) {
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);
-    if (kQkU8)
+    if constexpr (kQkU8)
       for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
@@ -217,12 +217,12 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
     const int rest = static_cast<int>(head_dim - d);
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16_n(k + j * ldk + d, rest);
-    if (kQkU8)
+    if constexpr (kQkU8)
       for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
-  if (kQkU8 && TRt == 4 && TKt == 4) {
+  if constexpr (kQkU8 && TRt == 4 && TKt == 4) {
     qk_u8_finish_4x4(acc, ks, qbias, dots, ldd);
     return;
   }
@@ -234,7 +234,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   } else {
     for (int i = 0; i < TRt * TKt; ++i) sums[i] = dhsum(acc[i]);
   }
-  if (kQkU8) {  // the u8 scheme's other tile shapes (row and key tails)
+  if constexpr (kQkU8) {  // the u8 scheme's other tile shapes (row and key tails)
     for (int j = 0; j < TKt; ++j) {
       const uint32_t sk = static_cast<uint32_t>(dhsum(ks[j]));
       for (int r = 0; r < TRt; ++r)
@@ -342,6 +342,18 @@ inline PvColumns pv_columns(size_t head_dim) {
   return {split_last ? head_dim - kCols - NF : head_dim / kCols * kCols, split_last};
 }
 
+// One column tile's key loop, with the next nb pieces of the prefetch work if any are left.
+template <int TRt, int NVt, typename VT>
+inline void pv_tile_with(RowPrefetch& todo, size_t nb, const float* w, size_t ldw, const VT* v, size_t ldv, size_t d0,
+                         const float* zterm, const float* rescale, float* acc, size_t lda, bool first) {
+  if (todo.pending()) {
+    pv_tile<TRt, NVt, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, todo);
+    todo = todo.from(nb);
+  } else {
+    pv_tile<TRt, NVt, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
+  }
+}
+
 template <int TRt, typename VT>
 inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, const VT* v, size_t ldv,
                     const float* zterm, const float* rescale, float* acc, size_t lda, bool first,
@@ -357,30 +369,13 @@ inline void pv_rows(size_t nb, size_t head_dim, const float* w, size_t ldw, cons
     todo = RowPrefetch{};
   }
   size_t d0 = 0;
-  for (; d0 < tiles_end; d0 += kCols) {
-    if (todo.pending()) {
-      pv_tile<TRt, 4, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, todo);
-      todo = todo.from(nb);
-    } else {
-      pv_tile<TRt, 4, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-    }
-  }
+  for (; d0 < tiles_end; d0 += kCols)
+    pv_tile_with<TRt, 4, VT>(todo, nb, w, ldw, v, ldv, d0, zterm, rescale, acc, lda, first);
   if (split_last) {
     constexpr int kA = 3;
-    if (todo.pending()) {
-      pv_tile<TRt, kA, false, true, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first, todo);
-      todo = todo.from(nb);
-    } else {
-      pv_tile<TRt, kA, false, false, VT>(nb, w, ldw, v, ldv, d0, NF, zterm, rescale, acc, lda, first);
-    }
-    if (todo.pending()) {
-      pv_tile<TRt, 2, false, true, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale,
-                                                             acc, lda, first, todo);
-      todo = todo.from(nb);
-    } else {
-      pv_tile<TRt, 2, false, false, VT>(nb, w, ldw, v, ldv, d0 + kA * NF, NF, zterm, rescale,
-                                                              acc, lda, first);
-    }
+    pv_tile_with<TRt, kA, VT>(todo, nb, w, ldw, v, ldv, d0, zterm, rescale, acc, lda, first);
+    pv_tile_with<TRt, 2, VT>(todo, nb, w, ldw, v, ldv, d0 + kA * NF, zterm, rescale, acc, lda,
+                                                  first);
     todo.rest(0);
     return;
   }
@@ -563,7 +558,7 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
 // Q.K^T of all hg KV heads of a block (Mh rows each, a multiple of 4), keys outer and heads
 // inner: in a [B, S, H, D] cache the block's K is then read front to back, a stretch the hardware
 // prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
-// row of the first head, ldk the key stride, ldh the head stride. pf: a piece per key tile.
+// row of the first head, ldk the key stride, ldh the head stride. pf: a piece per (key tile, head).
 template <size_t HD>
 void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const qelem* q16, size_t ldq,
                          const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
