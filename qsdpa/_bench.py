@@ -9,8 +9,9 @@ is reported as missing, never silently dropped.
 
 Decode runs hot (the same K/V every call; with peers interleaved, each timed call is preceded by
 an untimed call of the same implementation, so its own data is what the caches hold) and cold
-(rotating through enough layers' caches to exceed the last-level cache), with the int8 bytes read
-over the measured streaming-read bandwidth as the floor. Before each timed call every core the
+(rotating through enough layers' caches to exceed the last-level cache). The floor of a decode
+case is a plain read of as many bytes as the call reads, from memory, timed in the same rounds
+(FloorReads); the streaming-read bandwidth measured at start-up is kept for reference. Before each timed call every core the
 case uses is kept busy for a few milliseconds (_settle): earlier implementations' spinning threads
 go quiet, and no vCPU the call needs has idled down meanwhile.
 
@@ -91,7 +92,13 @@ class Result:
     spread: Dict[str, float] = field(default_factory=dict)     # IQR / median
     missing: Dict[str, str] = field(default_factory=dict)      # peer -> why it did not run
     layers: int = 1
-    floor_us: Optional[float] = None                           # decode: int8 bytes read / bandwidth
+    # Decode: the median time of a plain read of as many bytes as the call reads (FloorReads), timed
+    # in the same rounds as the implementations; and what the run's start-up bandwidth gave instead.
+    floor_us: Optional[float] = None
+    floor_spread: Optional[float] = None
+    floor_samples: int = 0
+    floor_bytes: int = 0
+    start_floor_us: Optional[float] = None                     # floor_bytes / the start-up bandwidth
     samples: Dict[str, int] = field(default_factory=dict)      # timed calls per implementation
     parallelism: Dict[str, float] = field(default_factory=dict)  # threads' CPU time / wall time, timed calls
     seconds: float = 0.0                                       # the case's wall time, setup included
@@ -298,6 +305,34 @@ def _quiet_stderr():
         os.close(saved)
 
 
+FLOOR = "floor"  # run_case's name for the floor reads among the implementations
+
+
+class FloorReads:
+    """The decode floor, read in the same rounds as the implementations: buffers of `nbytes` (the
+    int8 K/V and qparams a call reads), as many as span twice the LLC, read one per call in rotation
+    (each one last read that many calls ago, so from memory, like a cold layer) by the variant's read
+    probe on `threads` threads of the kernels' OpenMP team.
+
+    The streaming-read bandwidth measured when the run starts is not that floor minutes later: on a
+    shared VM it moved between 16 and 34 GB/s from one minute to the next (2026-12-01), and a ratio
+    to a bandwidth measured under another minute's load says as much about the neighbours as about
+    the kernel. Read after the same pause as every implementation's call, the floor also pays what
+    such a call pays for starting cold (the page walks, a team woken from sleep)."""
+
+    def __init__(self, nbytes: int, threads: int, llc_bytes: int):
+        self.probe = _dispatch.load_variant(_dispatch.get_isa())._read_probe
+        self.threads = threads
+        count = max(2, -(-2 * llc_bytes // nbytes))
+        self.buffers = [np.ones(nbytes, dtype=np.int8) for _ in range(count)]  # pages touched now
+        self.next = 0
+
+    def __call__(self, _layer: int) -> object:
+        buf = self.buffers[self.next]
+        self.next = (self.next + 1) % len(self.buffers)
+        return self.probe(buf, self.threads)
+
+
 def _qsdpa_call(x: "_Inputs") -> Callable[[int], object]:
     """fn(layer): qsdpa on that layer's cache, as a decode loop calls it (positional qparams, out=).
     Bottom-right causal: for decode (the query is the last position) it sees the whole cache."""
@@ -500,7 +535,9 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     """Time every implementation on one case, interleaved round by round.
 
     Each implementation has an equal share of `budget_s` (warm-up excluded) and leaves the rotation
-    once it has used it and has MIN_SAMPLES samples, or once it has `rounds` samples."""
+    once it has used it and has MIN_SAMPLES samples, or once it has `rounds` samples. A decode case
+    with a `bandwidth` (the run's start-up measurement, kept for reference) also times FloorReads
+    in the rotation, never re-warmed: its median is the case's floor."""
     t_case = time.perf_counter()
     snap = _cpu_snapshot()
     x = _Inputs(case, rng, llc_bytes)
@@ -508,6 +545,8 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     result = Result(case)
     result.missing = {k: v for k, v in peers.missing.items() if k != "ET threads"}
     fns = peers.callables(case, x)
+    if case.kind == "decode" and bandwidth:
+        fns[FLOOR] = FloorReads(x.bytes_read, case.threads, llc_bytes)
     # Hot decode with other implementations in between: their data (the fp32 caches are 4x the
     # int8 ones) evicts this one's, and their thread pools may still be spinning; an untimed call
     # of the same implementation first makes "hot" mean hot for the one being timed.
@@ -534,7 +573,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 # thread takes a core from the next implementation's threads.
                 _settle(SETTLE_S, case.threads)
                 w0 = time.perf_counter()
-                if rewarm:
+                if rewarm and name != FLOOR:  # the floor reads memory, never a cache it warmed
                     fn(layer)
                 took, used, span = _timed_call(lambda: fn(layer), clocks)
                 samples[name].append(took)
@@ -543,6 +582,13 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
             active = [n for n in active if len(samples[n]) < MIN_SAMPLES or spent[n] < share]
             if not active:
                 break
+    floor = samples.pop(FLOOR, None)
+    if floor:
+        med, result.floor_spread = _median_spread(floor)
+        result.floor_us = med * 1e6
+        result.floor_samples, result.floor_bytes = len(floor), x.bytes_read
+        result.start_floor_us = x.bytes_read / bandwidth * 1e6
+        cpu.pop(FLOOR, None)
     for name, s in samples.items():
         med, spread = _median_spread(s)
         result.median_us[name] = med * 1e6
@@ -557,8 +603,6 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
         elif sum(s) >= 0.05:
             result.parallelism[name] = sum(c for c, _ in cpu[name]) / sum(w for _, w in cpu[name])
     result.layers = x.n_layers
-    if case.kind == "decode" and bandwidth:
-        result.floor_us = x.bytes_read / bandwidth * 1e6
     result.seconds = time.perf_counter() - t_case
     result.others_cores = others_cores(snap, _cpu_snapshot())
     return result
@@ -693,6 +737,17 @@ def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], m
     return _judge(t, res.median_us[best] / ours, res.median_us[best] / ours >= minimum)
 
 
+def floor_note(res: Result) -> str:
+    """The floor behind a row's ratio: its reads, and the ratio to the start-up bandwidth's floor."""
+    ours = res.median_us["qsdpa"]
+    text = (f"floor {res.floor_us:.1f} µs: {res.floor_bytes / 1e6:.2f} MB read in {res.floor_samples} "
+            f"calls of the same rounds ({res.floor_bytes / res.floor_us / 1e3:.1f} GB/s, spread {_pct(res.floor_spread)})")
+    if res.start_floor_us:
+        text += (f"; against the run's start-up bandwidth instead ({res.floor_bytes / res.start_floor_us / 1e3:.1f} "
+                 f"GB/s): {ours / res.start_floor_us:.2f}×")
+    return text
+
+
 def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: str = "",
                      paired: Sequence[PairedScaling] = ()) -> List[TargetResult]:
     """The issue-4 targets judged on `results`; `all_threads` is the "all cores" thread count.
@@ -718,6 +773,7 @@ def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: 
             else:
                 ratio = res.median_us["qsdpa"] / res.floor_us
                 _judge(tr, ratio, ratio <= 1.5)
+                tr.note = floor_note(res)
             out.append(tr)
     res = _find(results, "prefill", 512, all_threads)
     where = f"prefill 512 t={all_threads} (all cores)"
@@ -935,7 +991,11 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         f"- Python {m['python']}, numpy {m['numpy']}",
         "",
         "Median µs per call over interleaved rounds; spread = interquartile range / median; "
-        "× floor = qsdpa time / ((int8 K/V + qparams bytes) / bandwidth) (decode); "
+        "× floor (decode) = qsdpa time / floor, the floor being the median time of a plain read of as many "
+        "bytes as the call reads (int8 K/V and qparams), from memory (buffers spanning 2× the LLC, read in "
+        "rotation), with the variant's read probe on the case's threads, timed in the same rounds as the "
+        "implementations after the same pause (the targets' notes give each floor and the ratio to the "
+        "start-up bandwidth's); "
         "peer columns = peer time / qsdpa time (> 1: qsdpa faster). "
         "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC. "
         "Each timed call (with a hot decode's untimed re-warm call before it) follows "
@@ -1038,7 +1098,9 @@ def results_json(meta: Dict[str, object], results: Sequence[Result], targets: Se
             "peers_missing": peers_missing, "paired_scaling": meta.get("paired_scaling", []),
             "results": [dict(asdict(r.case), key=r.case.key, median_us=r.median_us, spread=r.spread,
                              samples=r.samples, parallelism=r.parallelism, missing=r.missing,
-                             layers=r.layers, floor_us=r.floor_us, seconds=r.seconds, others_cores=r.others_cores,
+                             layers=r.layers, floor_us=r.floor_us, floor_spread=r.floor_spread,
+                             floor_samples=r.floor_samples, floor_bytes=r.floor_bytes,
+                             start_floor_us=r.start_floor_us, seconds=r.seconds, others_cores=r.others_cores,
                              cores_probe=r.cores_probe, cores_wait_s=r.cores_wait_s)
                         for r in results],
             "targets": [asdict(t) for t in targets]}
@@ -1157,7 +1219,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"load average {meta['load_start']}")
     print("  streaming-read bandwidth (read probe, median): "
           + ", ".join(f"{t} thread(s) {bw / 1e9:.1f} GB/s" for t, bw in bandwidth.items()))
-    print("  floor (decode) = (int8 K/V bytes + qparams read) / bandwidth; 'Nx floor' = qsdpa's time / floor")
+    print("  floor (decode) = a read of as many bytes as the call reads (int8 K/V + qparams), from memory, timed in "
+          "the same rounds; 'Nx floor' = qsdpa's time / floor")
     print("  compute: " + fma_summary(fma))
     print("  peers: " + ", ".join(f"{k} {v}" for k, v in meta["peer_versions"].items()))
     for name, why in peers.missing.items():

@@ -36,6 +36,11 @@ def test_one_case_runs_and_reports_every_peer(tmp_path):
     case = _bench.Case("small", "decode", 64, 1, 1)
     res = _bench.run_case(case, peers, rounds=3, budget_s=1.0, rng=__import__("numpy").random.default_rng(0), bandwidth=1e10)
     assert res.floor_us and res.floor_us > 0
+    # The floor is read in the same rounds, not taken from the bandwidth passed in (kept beside it)
+    assert res.floor_samples >= 3 and _bench.FLOOR not in res.median_us and _bench.FLOOR not in res.parallelism
+    hq, hkv, d = _bench.MODELS["small"]
+    assert res.floor_bytes == 2 * (64 + 1) * hkv * (d + 4 + 1)
+    assert res.start_floor_us == pytest.approx(res.floor_bytes / 1e10 * 1e6)
     assert res.median_us["qsdpa"] > 0
     for name in ("torch fp32", "ET int8", "ET fp32"):
         assert (name in res.median_us) != (name in res.missing), f"{name} neither timed nor reported missing"
@@ -44,6 +49,16 @@ def test_one_case_runs_and_reports_every_peer(tmp_path):
         # over a few sub-millisecond calls (process_time() would need 50 ms of them)
         assert set(res.parallelism) == set(res.median_us)
         assert all(v > 0 for v in res.parallelism.values()), res.parallelism
+
+
+def test_floor_reads_rotate_through_twice_the_llc():
+    reads = _bench.FloorReads(1000, 1, llc_bytes=4096)
+    assert len(reads.buffers) == 9 and all(b.nbytes == 1000 for b in reads.buffers)  # 9 x 1000 >= 2 x 4096
+    want = int(np.ones(1000, np.int8)[:960].view(np.uint64).sum(dtype=np.uint64)) + 40  # words, then tail bytes
+    for _ in range(10):
+        assert reads(0) == want
+    assert reads.next == 10 % 9
+    assert len(_bench.FloorReads(10 << 20, 2, llc_bytes=1 << 20).buffers) == 2  # never fewer than 2
 
 
 def test_cli_writes_json(tmp_path, capsys):
@@ -207,6 +222,8 @@ def test_read_probe_every_variant(kmod):
         words = data[:whole].view(np.uint64).sum(dtype=np.uint64) if whole else np.uint64(0)
         want = (int(words) + int(data[whole:].view(np.uint8).sum())) % (1 << 64)
         assert kmod._read_probe(data) == want, n
+        for threads in (2, 3):  # each thread reads its share of the lines: the same sum
+            assert kmod._read_probe(data, threads) == want, (n, threads)
     with pytest.raises(TypeError, match="data"):
         kmod._read_probe(np.zeros(64, np.float32))
     with pytest.raises(TypeError, match="data"):
@@ -215,6 +232,8 @@ def test_read_probe_every_variant(kmod):
         kmod._read_probe(np.zeros((8, 8), np.int8))
     with pytest.raises(ValueError, match="data"):
         kmod._read_probe(np.zeros(128, np.int8)[::2])
+    with pytest.raises(ValueError, match="threads"):
+        kmod._read_probe(np.zeros(128, np.int8), 0)
 
 
 def test_stream_read_bandwidth_is_a_rate():

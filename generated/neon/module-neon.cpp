@@ -1,6 +1,9 @@
 // Generated from templates/module.cpp.j2 for ISA 'neon' by `python -m codegen` — do not edit.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -351,32 +354,43 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   }, py::arg("steps"));
   // Machine probe for the benchmark's bandwidth floor: reads every byte of a contiguous int8 array
   // once, eight independent 64-bit sums per 64-byte line (the compiler widens them to this
-  // variant's vectors), GIL released so that Python threads read their own chunks side by side.
-  // A floor measured with a loop slower than the memory (numpy's float32 sum is: ~1 element per
-  // cycle) would be too low a bar.
-  mod.def("_read_probe", [](py::handle data_) {
+  // variant's vectors), GIL released. threads > 1 splits the lines over an OpenMP team, the same
+  // team the attention kernels run on, so a floor at N threads pays what an N-thread call pays to
+  // start its team, and no Python thread pool's hand-off (tens of microseconds, as long as a
+  // 2-thread floor of a few MB). A floor measured with a loop slower than the memory (numpy's
+  // float32 sum is: ~1 element per cycle) would be too low a bar.
+  mod.def("_read_probe", [](py::handle data_, int threads) {
     py::array data = qsdpa::as_array(data_, "data");
     qsdpa::check_dtype<int8_t>(data, "data");
     if (data.ndim() != 1 || !(data.flags() & py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_))
       throw py::value_error("data must be a 1-D C-contiguous int8 array");
+    if (threads < 1) throw py::value_error("threads must be >= 1, got " + std::to_string(threads));
     const unsigned char* p = static_cast<const unsigned char*>(data.data());
     const size_t n = static_cast<size_t>(data.size());
-    uint64_t acc[8] = {};
-    size_t i = 0;
+    const size_t lines = n / 64;
+    uint64_t sum = 0;
     {
       py::gil_scoped_release nogil;
-      for (; i + 64 <= n; i += 64)
-        for (int j = 0; j < 8; ++j) {
-          uint64_t w;
-          std::memcpy(&w, p + i + 8 * j, 8);  // the defined way to read bytes as a word
-          acc[j] += w;
-        }
+#pragma omp parallel num_threads(threads) reduction(+ : sum) if (threads > 1)
+      {
+#ifdef _OPENMP
+        const size_t id = static_cast<size_t>(omp_get_thread_num()), nt = static_cast<size_t>(omp_get_num_threads());
+#else
+        const size_t id = 0, nt = 1;
+#endif
+        uint64_t acc[8] = {};
+        for (size_t i = lines * id / nt * 64, end = lines * (id + 1) / nt * 64; i < end; i += 64)
+          for (int j = 0; j < 8; ++j) {
+            uint64_t w;
+            std::memcpy(&w, p + i + 8 * j, 8);  // the defined way to read bytes as a word
+            acc[j] += w;
+          }
+        for (int j = 0; j < 8; ++j) sum += acc[j];
+      }
     }
-    uint64_t sum = 0;
-    for (int j = 0; j < 8; ++j) sum += acc[j];
-    for (; i < n; ++i) sum += p[i];
+    for (size_t i = lines * 64; i < n; ++i) sum += p[i];
     // The result, so the reads are not optimised away.
     return sum;
-  }, py::arg("data"));
+  }, py::arg("data"), py::arg("threads") = 1);
   attach_arena(mod);
 }
