@@ -1,0 +1,224 @@
+// How close to a plain read of its bytes can a decode step over a cold int8 cache get, on this
+// machine, with nothing but the work no kernel can skip? Against the read, in the same process.
+//
+//   g++ -O3 -fopenmp -mavx512f -mavx512bw -mavx512vnni -mfma tools/decode_ideal_stream.cpp -o /tmp/ideal
+//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1]
+//
+// The step: a llama3-8b decode (32 query heads, 8 KV heads, D 128) over K and V of [keys, 8, 128]
+// int8 (the [B, S, H, D] layout), in 64-key blocks of all heads, keys split evenly over `threads`
+// OpenMP threads. Per key and KV head it does what the semantics require and nothing else:
+// Q.K^T as 8 vpdpbusd for the 4 query rows plus 2 for the key's sum (the u8 scheme), and P.V as 8
+// vpmovsxbd, 8 vcvtdq2ps and 32 FMAs (fp32 weights times the widened V row). No softmax, no
+// horizontal reductions, no qparams, no masking: a kernel cannot be cheaper than this and still
+// compute fp32 P.V exactly. Its order is the qsdpa kernel's: Q.K^T keys outer and heads inner,
+// then P.V head by head in two 64-column tiles.
+//
+// Timed, interleaved call by call (median over calls), each on the next of `layers` caches in
+// rotation (16 x 4.2 MB: cold, like the benchmark's cold rows), after `pause_s` of a busy spin:
+//   read      every byte of the step's K and V once (512-bit loads, hardware prefetch only)
+//   nopf      the step with no software prefetch
+//   phase-pf  the step, fetching the next block during this one: its K a line or two per Q.K^T
+//             step, its V a line per P.V step (the kernel's scheme)
+//   even-pf   the same lines spread evenly over all the block's steps
+//   pages-pf  phase-pf into L1 (prefetcht0), after one load from each 4 KiB page of the next
+//             block (qsdpa's scheme since 2026-12-02: touch_pages in templates/flash_attention.cpp.j2)
+// With layers=1 the same cache every call: the compute alone (from cache).
+//
+// On the Zen 5 VM of 2026-12-02 (docs/benchmarks.md), 2048 keys, median ratios to the read over this
+// session's runs: from cache the step took 94-137 us at 1 thread (0.7-1.0x a cold read of its bytes;
+// qsdpa's whole kernel 1.2-1.45x), 54-80 us at 2. Cold after a 5 ms pause: phase-pf 1.38-1.56x
+// the read at 1 thread and 0.94-1.61x at 2 (8192 keys: 1.38-1.49 and 1.27-1.61); pages-pf
+// 1.15-1.29x at 1 thread and 0.74-1.26x at 2 (8192 keys: 1.15-1.26); nopf 1.3-3.0x. So the issue's
+// 1.5x of the floor is within reach of a kernel whose compute is this step's and whose prefetches
+// walk their pages first; it is qsdpa's compute beyond it (softmax, reductions, qparams, scores)
+// that keeps its 1-thread cold rows above it.
+#include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+constexpr int kHeads = 8, kDim = 128, kRows = 4, kBlock = 64;
+constexpr size_t kKeyBytes = kHeads * kDim;  // one key's row of every head
+
+struct Cache {
+  int8_t* k;
+  int8_t* v;
+};
+
+alignas(64) uint8_t g_q[kHeads][kRows][kDim];
+alignas(64) float g_w[kHeads][kRows][kBlock];
+alignas(64) thread_local float t_acc[kHeads][kRows][kDim];
+__m512i g_sink;
+
+enum Prefetch { kNone = 0, kPhase = 1, kEven = 2, kPages = 3 };
+
+template <int PF>
+inline void fetch(const int8_t* base, size_t& done, size_t lines, size_t count) {
+  for (size_t e = std::min(done + count, lines); done < e; ++done)
+    _mm_prefetch(reinterpret_cast<const char*>(base + done * 64), PF == kPages ? _MM_HINT_T0 : _MM_HINT_T1);
+}
+
+// One load per 4 KiB page of [p, p + bytes): the pages' walks happen now, not at their prefetches.
+inline void touch_pages(const int8_t* p, size_t bytes) {
+  uint32_t sum = 0;
+  for (size_t o = 0; o < bytes; o += 4096) sum += static_cast<uint8_t>(*reinterpret_cast<const volatile int8_t*>(p + o));
+  __asm__ volatile("" ::"r"(sum));
+}
+
+template <int PF>
+__attribute__((noinline)) void step(const Cache c, size_t keys) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, ks = a0;
+  for (size_t n0 = 0; n0 < keys; n0 += kBlock) {
+    const size_t nb = std::min<size_t>(kBlock, keys - n0);
+    const size_t next = n0 + nb < keys ? std::min<size_t>(kBlock, keys - n0 - nb) : 0;
+    const int8_t* kb = c.k + n0 * kKeyBytes;
+    const int8_t* vb = c.v + n0 * kKeyBytes;
+    const int8_t* kn = kb + nb * kKeyBytes;
+    const int8_t* vn = vb + nb * kKeyBytes;
+    const size_t lines = next * kKeyBytes / 64;  // of the next block's K, and as many of its V
+    size_t dk = 0, dv = 0;
+    if (PF == kPages) touch_pages(kn, lines * 64), touch_pages(vn, lines * 64);
+    if (PF != kNone && n0 == 0)
+      for (size_t o = 0; o < nb * kKeyBytes; o += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(kb + o), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(vb + o), _MM_HINT_T1);
+      }
+    for (size_t j = 0; j < nb; ++j) {
+      for (int g = 0; g < kHeads; ++g) {
+        if (PF == kPhase || PF == kPages) fetch<PF>(kn, dk, lines, 2);
+        if (PF == kEven) fetch<PF>(kn, dk, lines, 1);
+        const int8_t* k = kb + j * kKeyBytes + g * kDim;
+        const __m512i k0 = _mm512_loadu_si512(k), k1 = _mm512_loadu_si512(k + 64);
+        a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0, _mm512_load_si512(g_q[g][0]), k0), _mm512_load_si512(g_q[g][0] + 64), k1);
+        a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1, _mm512_load_si512(g_q[g][1]), k0), _mm512_load_si512(g_q[g][1] + 64), k1);
+        a2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2, _mm512_load_si512(g_q[g][2]), k0), _mm512_load_si512(g_q[g][2] + 64), k1);
+        a3 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a3, _mm512_load_si512(g_q[g][3]), k0), _mm512_load_si512(g_q[g][3] + 64), k1);
+        ks = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ks, ones, k0), ones, k1);
+      }
+    }
+    for (int g = 0; g < kHeads; ++g) {
+      for (int t = 0; t < 2; ++t) {
+        __m512 acc[kRows][4];
+        for (int r = 0; r < kRows; ++r)
+          for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_load_ps(&t_acc[g][r][t * 64 + i * 16]);
+        for (size_t j = 0; j < nb; ++j) {
+          if (PF == kPhase || PF == kPages) fetch<PF>(vn, dv, lines, 1);
+          if (PF == kEven) {
+            fetch<PF>(vn, dv, lines, 1);
+            if (j & 1) fetch<PF>(kn, dk, lines, 1);
+          }
+          const int8_t* v = vb + j * kKeyBytes + g * kDim + t * 64;
+          __m512 x[4];
+          for (int i = 0; i < 4; ++i)
+            x[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 16 * i))));
+          for (int r = 0; r < kRows; ++r) {
+            const __m512 w = _mm512_set1_ps(g_w[g][r][j]);
+            for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_fmadd_ps(w, x[i], acc[r][i]);
+          }
+        }
+        for (int r = 0; r < kRows; ++r)
+          for (int i = 0; i < 4; ++i) _mm512_store_ps(&t_acc[g][r][t * 64 + i * 16], acc[r][i]);
+      }
+    }
+    fetch<PF>(kn, dk, lines, lines);
+    fetch<PF>(vn, dv, lines, lines);
+  }
+  g_sink = _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)), ks);
+}
+
+__attribute__((noinline)) void read_cache(const Cache c, size_t keys) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+  for (const int8_t* p : {c.k, c.v})
+    for (size_t o = 0; o < keys * kKeyBytes; o += 256) {
+      s0 = _mm512_add_epi8(s0, _mm512_loadu_si512(p + o));
+      s1 = _mm512_add_epi8(s1, _mm512_loadu_si512(p + o + 64));
+      s2 = _mm512_add_epi8(s2, _mm512_loadu_si512(p + o + 128));
+      s3 = _mm512_add_epi8(s3, _mm512_loadu_si512(p + o + 192));
+    }
+  __asm__ volatile("" ::"v"(s0), "v"(s1), "v"(s2), "v"(s3));
+  g_sink = _mm512_xor_si512(_mm512_xor_si512(s0, s1), _mm512_xor_si512(s2, s3));
+}
+
+void run(int mode, const Cache c, size_t keys) {
+  switch (mode) {
+    case 0: read_cache(c, keys); break;
+    case 1: step<kNone>(c, keys); break;
+    case 2: step<kPhase>(c, keys); break;
+    case 3: step<kEven>(c, keys); break;
+    default: step<kPages>(c, keys); break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t keys = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2049;
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 16;
+  const int calls = argc > 3 ? std::atoi(argv[3]) : 200;
+  const double pause = argc > 4 ? std::atof(argv[4]) : 0.0;
+  const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
+  if (keys < 16 || layers < 1 || calls < 1 || threads < 1) {
+    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1]\n", argv[0]);
+    return 2;
+  }
+  std::vector<Cache> caches(layers);
+  const size_t bytes = (keys * kKeyBytes + 4095) / 4096 * 4096;
+  for (Cache& c : caches) {
+    c.k = static_cast<int8_t*>(std::aligned_alloc(4096, bytes));
+    c.v = static_cast<int8_t*>(std::aligned_alloc(4096, bytes));
+    for (size_t i = 0; i < bytes; ++i) c.k[i] = static_cast<int8_t>(i * 7), c.v[i] = static_cast<int8_t>(i * 13);
+  }
+  std::memset(g_q, 3, sizeof g_q);
+  for (int g = 0; g < kHeads; ++g)
+    for (int r = 0; r < kRows; ++r)
+      for (int j = 0; j < kBlock; ++j) g_w[g][r][j] = 1e-3f * static_cast<float>(j + 1);
+  const char* names[] = {"read", "nopf", "phase-pf", "even-pf", "pages-pf"};
+  constexpr int kModes = 5;
+  std::vector<double> t[kModes];
+  int next = 0;
+  for (int call = 0; call < calls; ++call)
+    for (int m = 0; m < kModes; ++m) {
+      for (const double end = now() + pause; now() < end;) {
+      }
+      const Cache c = caches[next++ % layers];
+      const double t0 = now();
+      if (threads == 1) {
+        run(m, c, keys);
+      } else {
+#pragma omp parallel num_threads(threads)
+        {
+#ifdef _OPENMP
+          const size_t id = static_cast<size_t>(omp_get_thread_num());
+#else
+          const size_t id = 0;
+#endif
+          const size_t nt = static_cast<size_t>(threads);
+          const size_t a = keys * id / nt / 16 * 16, b = id + 1 == nt ? keys : keys * (id + 1) / nt / 16 * 16;
+          run(m, Cache{c.k + a * kKeyBytes, c.v + a * kKeyBytes}, b - a);
+        }
+      }
+      t[m].push_back(now() - t0);
+    }
+  double med[kModes];
+  for (int m = 0; m < kModes; ++m) {
+    std::sort(t[m].begin(), t[m].end());
+    med[m] = t[m][t[m].size() / 2];
+  }
+  std::printf("keys=%zu layers=%d pause=%gms threads=%d:", keys, layers, pause * 1e3, threads);
+  for (int m = 0; m < kModes; ++m) std::printf("  %s %.1f us (%.2fx read)", names[m], med[m] * 1e6, med[m] / med[0]);
+  std::printf("  | read %.1f GB/s\n", 2.0 * static_cast<double>(keys * kKeyBytes) / med[0] / 1e9);
+  return 0;
+}
