@@ -126,6 +126,58 @@ inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, i
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
 }
+
+// Decode's lane-tiled Q.K^T (u8 scheme, the 4 query rows of one KV head): qt[c] holds bytes
+// [16c, 16c + 16) of every row, row r in 128-bit lane r, so one key's 16 bytes broadcast to the four
+// lanes meet all four rows in one vpdpbusd. A 4-key tile's 16 dots then come out of a transpose
+// inside the lanes (lane_sums4: 9 instructions) rather than a 16-vector reduction tree (45).
+template <size_t HD>
+inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
+  static_assert(HD % 64 == 0, "whole 64-byte steps");
+  for (size_t h = 0; h < HD / 64; ++h) {  // a 4 x 4 transpose of 128-bit blocks per 64 bytes
+    const vi a0 = _mm512_loadu_si512(q + 64 * h), a1 = _mm512_loadu_si512(q + ldq + 64 * h);
+    const vi a2 = _mm512_loadu_si512(q + 2 * ldq + 64 * h), a3 = _mm512_loadu_si512(q + 3 * ldq + 64 * h);
+    const vi t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a0, a1, 0xEE);
+    const vi t2 = _mm512_shuffle_i32x4(a2, a3, 0x44), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+    qt[4 * h] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+    qt[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+    qt[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+    qt[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+  }
+}
+// Lane L's dword j = the sum of v[j]'s four dwords in lane L.
+inline vi lane_sums4(const vi* v) {
+  const vi u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const vi u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+}
+// The 4 rows' bias (128 + zq), row r's in every dword of lane r.
+inline vi lane_bias4(const int32_t* bias) {
+  const vi rows = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  return _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
+}
+// Four keys against one head's lane tiles: out[r * ldd + j] = sum (q_r + 128) k_j - bias[r] * sum k_j,
+// in wrapping int32: qk_u8_finish_4x4's dots, exactly.
+template <size_t HD>
+inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk, int32_t* out, size_t ldd) {
+  vi acc[4], ks[4];
+  for (int j = 0; j < 4; ++j) acc[j] = ks[j] = _mm512_setzero_si512();
+  for (size_t c = 0; c < HD / 16; ++c)
+    for (int j = 0; j < 4; ++j)
+      acc[j] = _mm512_dpbusd_epi32(acc[j], qt[c],
+                                   _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + j * ldk + 16 * c))));
+  for (size_t h = 0; h < HD / 64; ++h)
+    for (int j = 0; j < 4; ++j) ks[j] = ksum_step(ks[j], _mm512_loadu_si512(k + j * ldk + 64 * h));
+  const vi e = lane_sums4(acc);  // lane r: row r's dots with keys 0..3
+  const vi c = lane_sums4(ks);   // lane L: lane L's part of each key's sum
+  const vi t = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, 0x4E));
+  const vi ksum = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
+  const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bias, ksum));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(d));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
+}
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are
 // moved, not computed, so the result is the scalar gather's. AVX2 instructions: the AVX-512
