@@ -114,12 +114,12 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
   return c;
 }
 
-// The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
-// go without the loop (its counter and branch cost more than the prefetches themselves).
 // Into L1 (prefetcht0), though the line is read a block later: on Zen 5 that made cold decode 3-13%
 // faster than prefetcht1 with the pages walked beforehand (touch_pages), prefill unchanged
 // (paired A/B, 2026-12-02). Not measured on other x86 cores.
 constexpr int kPieceLocality = 3;
+// The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
+// go without the loop (its counter and branch cost more than the prefetches themselves).
 __attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes) {
   __builtin_prefetch(p, 0, kPieceLocality);
   if (bytes > 64) {
@@ -143,8 +143,8 @@ __attribute__((always_inline)) inline void touch_pages(const int8_t* p, size_t b
   __asm__ volatile("" ::"r"(sum));  // the loads are the point; keep them
 }
 
-// Prefetch into L2 spread over a compute loop: when the loop is at key t (< n), the `bytes` at
-// p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
+// Prefetch (prefetch_piece: into L1 on x86, L2 elsewhere) spread over a compute loop: when the
+// loop is at key t (< n), the `bytes` at p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
 // into n pieces (ld = bytes).
 // always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
 // only prefetches counts as free of side effects and is deleted (seen with GCC 12).

@@ -108,23 +108,36 @@ inline vi dreduce16_v(const vi* a) {
   return _mm512_add_epi32(_mm512_shuffle_i32x4(d[0], d[1], 0x88), _mm512_shuffle_i32x4(d[0], d[1], 0xDD));
 }
 inline void dreduce16(const vi* a, int32_t* out) { _mm512_storeu_si512(out, dreduce16_v(a)); }
-// The u8 scheme's 4 x 4 tile: out[r * ldd + j] = sum(acc[4r + j]) - bias[r] * sum(ks[j]), in
-// wrapping int32 (bias = 128 + zq of row r). The key sums reduce to one 128-bit lane repeated four
-// times, which is the lane pattern lane 4r + j needs.
-inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, int32_t* out, size_t ldd) {
-  const vi e = dreduce16_v(acc);
-  const vi b0 = _mm512_add_epi32(_mm512_unpacklo_epi32(ks[0], ks[1]), _mm512_unpackhi_epi32(ks[0], ks[1]));
-  const vi b1 = _mm512_add_epi32(_mm512_unpacklo_epi32(ks[2], ks[3]), _mm512_unpackhi_epi32(ks[2], ks[3]));
-  const vi c = _mm512_add_epi32(_mm512_unpacklo_epi64(b0, b1), _mm512_unpackhi_epi64(b0, b1));
+// Lane L's dword j = the sum of v[j]'s four dwords in lane L.
+inline vi lane_sums4(const vi* v) {
+  const vi u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+  const vi u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+}
+// Four keys' sums from their accumulators, the same 128-bit lane [sum k0, .., sum k3] four times.
+inline vi key_sums4(const vi* ks) {
+  const vi c = lane_sums4(ks);
   const vi t = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, 0x4E));
-  const vi ksum = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
+  return _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
+}
+// The 4 rows' bias (128 + zq), row r's in every dword of lane r.
+inline vi lane_bias4(const int32_t* bias) {
   const vi rows = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  const vi bv = _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
-  const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bv, ksum));
+  return _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
+}
+// A 4 x 4 tile of dots, lane r = row r's four: e - bias * ksum (wrapping int32), stored a row per lane.
+inline void store_u8_dots_4x4(vi e, vi bias, vi ksum, int32_t* out, size_t ldd) {
+  const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bias, ksum));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(d));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
+}
+// The u8 scheme's 4 x 4 tile: out[r * ldd + j] = sum(acc[4r + j]) - bias[r] * sum(ks[j]), in
+// wrapping int32 (bias = 128 + zq of row r). The key sums reduce to one 128-bit lane repeated four
+// times, which is the lane pattern lane 4r + j needs.
+inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, int32_t* out, size_t ldd) {
+  store_u8_dots_4x4(dreduce16_v(acc), lane_bias4(bias), key_sums4(ks), out, ldd);
 }
 
 // Decode's lane-tiled Q.K^T (u8 scheme, the 4 query rows of one KV head): qt[c] holds bytes
@@ -145,17 +158,6 @@ inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
     qt[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
   }
 }
-// Lane L's dword j = the sum of v[j]'s four dwords in lane L.
-inline vi lane_sums4(const vi* v) {
-  const vi u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
-  const vi u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
-}
-// The 4 rows' bias (128 + zq), row r's in every dword of lane r.
-inline vi lane_bias4(const int32_t* bias) {
-  const vi rows = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  return _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
-}
 // Four keys against one head's lane tiles: out[r * ldd + j] = sum (q_r + 128) k_j - bias[r] * sum k_j,
 // in wrapping int32: qk_u8_finish_4x4's dots, exactly.
 template <size_t HD>
@@ -168,15 +170,7 @@ inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk,
                                    _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + j * ldk + 16 * c))));
   for (size_t h = 0; h < HD / 64; ++h)
     for (int j = 0; j < 4; ++j) ks[j] = ksum_step(ks[j], _mm512_loadu_si512(k + j * ldk + 64 * h));
-  const vi e = lane_sums4(acc);  // lane r: row r's dots with keys 0..3
-  const vi c = lane_sums4(ks);   // lane L: lane L's part of each key's sum
-  const vi t = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, 0x4E));
-  const vi ksum = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
-  const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bias, ksum));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(d));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
+  store_u8_dots_4x4(lane_sums4(acc), bias, key_sums4(ks), out, ldd);  // lane r: row r's dots with keys 0..3
 }
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are

@@ -114,9 +114,9 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
   return c;
 }
 
+constexpr int kPieceLocality = 2;  // L2 (not measured against L1 on an ARM core)
 // The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
 // go without the loop (its counter and branch cost more than the prefetches themselves).
-constexpr int kPieceLocality = 2;  // L2 (not measured against L1 on an ARM core)
 __attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes) {
   __builtin_prefetch(p, 0, kPieceLocality);
   if (bytes > 64) {
@@ -140,8 +140,8 @@ __attribute__((always_inline)) inline void touch_pages(const int8_t* p, size_t b
   __asm__ volatile("" ::"r"(sum));  // the loads are the point; keep them
 }
 
-// Prefetch into L2 spread over a compute loop: when the loop is at key t (< n), the `bytes` at
-// p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
+// Prefetch (prefetch_piece: into L1 on x86, L2 elsewhere) spread over a compute loop: when the
+// loop is at key t (< n), the `bytes` at p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
 // into n pieces (ld = bytes).
 // always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
 // only prefetches counts as free of side effects and is deleted (seen with GCC 12).
