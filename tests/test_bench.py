@@ -438,3 +438,14 @@ def test_settle_busies_every_core_it_is_given_until_the_deadline(monkeypatch):
             assert callers == []  # this thread's busy loop only
         else:
             assert threading.get_ident() in callers and len(set(callers)) == threads
+
+
+def test_last_level_cache_skips_entries_without_a_size(tmp_path):
+    # Linux's cache folder holds a `uevent` file beside the index* folders; it must not end the scan.
+    for name, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "491520K")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "size").write_text(size + "\n")
+    (tmp_path / "uevent").write_text("")
+    (tmp_path / "index9").mkdir()  # no size file at all
+    assert _bench.last_level_cache_bytes(str(tmp_path)) == 491520 << 10
+    assert _bench.last_level_cache_bytes(str(tmp_path / "missing")) == 32 << 20
