@@ -450,5 +450,6 @@ def test_choose_respects_env(monkeypatch):
 def test_show_runtime_prints_report(capsys):
     qsdpa.show_runtime()
     out = capsys.readouterr().out
-    for needle in ("qsdpa ", "python ", "cpu: ", "native check", "py-cpuinfo", "variants for", "QSDPA_ISA", "threads:"):
+    for needle in ("qsdpa ", "python ", "cpu: ", "native check", "py-cpuinfo", "variants for", "QSDPA_ISA", "threads:",
+                   "decode prefetch"):
         assert needle in out

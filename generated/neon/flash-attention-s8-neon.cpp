@@ -24,6 +24,7 @@
 static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: one thread
 #endif
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -114,15 +115,47 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
   return c;
 }
 
-constexpr int kPieceLocality = 2;  // L2 (not measured against L1 on an ARM core)
+// How a decode block fetches the next one, per CPU: where its lines go (L1 or L2) and how much of
+// the next block's K rides on this block's Q.K^T (the rest goes with V, a piece per P.V step).
+// Each core's best was measured on one model of it (paired A/B, llama3-8b decode, 2026-12-02):
+// - AMD (Zen 5): into L1 (prefetcht0): cold decode 3-13% faster than prefetcht1 with the pages
+//   walked beforehand (touch_pages); all of K during Q.K^T (keys outer, an even pace).
+// - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
+//   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
+//   this core's single-thread bandwidth: half of K there and half with V made cold decode 12-15%
+//   faster at 1 thread (2048 and 8192 keys) and 11% at 2, hot 4-6%.
+// Other x86 and ARM cores get Intel's setting (L2 is also NEON's; neither measured on an ARM core).
+// Results do not depend on it. Atomics: tests and A/B tools change it between calls.
+struct PrefetchTuning {
+  bool to_l1;
+  unsigned k_during_qk;  // eighths of the next block's K fetched during Q.K^T, 0..8
+};
+inline PrefetchTuning default_prefetch_tuning() {
+  return {false, 4};
+}
+inline std::atomic<bool> g_prefetch_to_l1{default_prefetch_tuning().to_l1};
+inline std::atomic<unsigned> g_prefetch_k_during_qk{default_prefetch_tuning().k_during_qk};
+inline PrefetchTuning prefetch_tuning() {
+  return {g_prefetch_to_l1.load(std::memory_order_relaxed), g_prefetch_k_during_qk.load(std::memory_order_relaxed)};
+}
+inline void set_prefetch_tuning(PrefetchTuning t) {
+  g_prefetch_to_l1.store(t.to_l1, std::memory_order_relaxed);
+  g_prefetch_k_during_qk.store(t.k_during_qk, std::memory_order_relaxed);
+}
+
 // The lines of [p, p + bytes), bytes >= 1: a piece is one or two lines almost always, so those two
 // go without the loop (its counter and branch cost more than the prefetches themselves).
-__attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes) {
-  __builtin_prefetch(p, 0, kPieceLocality);
+template <int Locality>
+__attribute__((always_inline)) inline void prefetch_lines(const int8_t* p, size_t bytes) {
+  __builtin_prefetch(p, 0, Locality);
   if (bytes > 64) {
-    __builtin_prefetch(p + 64, 0, kPieceLocality);
-    for (size_t o = 128; o < bytes; o += 64) __builtin_prefetch(p + o, 0, kPieceLocality);
+    __builtin_prefetch(p + 64, 0, Locality);
+    for (size_t o = 128; o < bytes; o += 64) __builtin_prefetch(p + o, 0, Locality);
   }
+}
+__attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_t bytes, bool l1) {
+  if (l1) prefetch_lines<3>(p, bytes);
+  else prefetch_lines<2>(p, bytes);
 }
 
 // One load from every 4 KiB page of [p, p + bytes): the pages are walked into the TLB now, so that
@@ -140,7 +173,7 @@ __attribute__((always_inline)) inline void touch_pages(const int8_t* p, size_t b
   __asm__ volatile("" ::"r"(sum));  // the loads are the point; keep them
 }
 
-// Prefetch (prefetch_piece: into L1 on x86, L2 elsewhere) spread over a compute loop: when the
+// Prefetch (prefetch_piece: into L1 or L2, per prefetch_tuning) spread over a compute loop: when the
 // loop is at key t (< n), the `bytes` at p + t * ld. Rows of the next block (ld = the cache's row stride), or a contiguous stretch cut
 // into n pieces (ld = bytes).
 // always_inline: GCC would otherwise split `at` and outline its body, and a call to a function that
@@ -150,9 +183,10 @@ struct RowPrefetch {
   size_t ld = 0, n = 0, bytes = 0;
   const int8_t* p2 = nullptr;  // a second set of rows, fetched alongside
   size_t ld2 = 0, n2 = 0, bytes2 = 0;
+  bool l1 = false;  // pieces into L1 (else L2)
   __attribute__((always_inline)) inline void at(size_t t) const {
-    if (t < n) prefetch_piece(p + t * ld, bytes);
-    if (t < n2) prefetch_piece(p2 + t * ld2, bytes2);
+    if (t < n) prefetch_piece(p + t * ld, bytes, l1);
+    if (t < n2) prefetch_piece(p2 + t * ld2, bytes2, l1);
   }
   __attribute__((always_inline)) inline void rest(size_t from) const {
     for (size_t t = from; t < n; ++t) prefetch_row(p + t * ld, bytes);
@@ -173,10 +207,18 @@ __attribute__((always_inline)) inline void prefetch_row_l1(const int8_t* p, size
   for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
+// n rows of `bytes` at p, ld apart, a row per step.
+inline RowPrefetch rows_prefetch(const int8_t* p, size_t ld, size_t n, size_t bytes, bool l1) {
+  RowPrefetch f{p, ld, n, bytes};
+  f.l1 = l1;
+  return f;
+}
+
 // Two contiguous stretches of bytes, each cut into whole-line pieces, one piece of each per step of
 // a loop of `steps`.
-inline RowPrefetch spread(const int8_t* p, size_t bytes, const int8_t* p2, size_t bytes2, size_t steps) {
+inline RowPrefetch spread(const int8_t* p, size_t bytes, const int8_t* p2, size_t bytes2, size_t steps, bool l1) {
   RowPrefetch f;
+  f.l1 = l1;
   if (steps == 0) return f;
   if (bytes) {
     const size_t per = ((bytes + steps - 1) / steps + 63) / 64 * 64;
@@ -795,6 +837,7 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
 
   // Block-major over the item's KV heads: in a [B, S, H, D] cache the heads of a block of keys are
   // one contiguous stretch of memory, read front to back.
+  const PrefetchTuning pft = prefetch_tuning();
   bool first = true;
   for (size_t n0 = k_begin; n0 < k_end; n0 += P.kv_block) {
     const size_t nb = k_end - n0 < P.kv_block ? k_end - n0 : P.kv_block;
@@ -827,8 +870,12 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       touch_pages(vn, vlen);
       const size_t loops = pv_columns(D).prefetch_loops(), pv_steps = nb * (loops ? loops : 1);
       const bool keys_outer = A.q8 && Mh % 4 == 0;
+      // The next block's K: the first klen_qk bytes during the keys-outer Q.K^T, the rest with V.
+      const size_t klen_qk = keys_outer ? klen * pft.k_during_qk / 8 / 64 * 64 : 0;
+      const int8_t* krest = kn + klen_qk;
+      const size_t krest_len = keys_outer ? klen - klen_qk : 0;
       if (keys_outer) {
-        const RowPrefetch pfk = spread(kn, klen, nullptr, 0, nb / 4 * hg);
+        const RowPrefetch pfk = spread(kn, klen_qk, nullptr, 0, nb / 4 * hg, pft.to_l1);
         const int8_t* kblk = kb + n0 * kbytes;
         if (D == 128) qk_heads_keys_outer<128>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
         else if (D == 64) qk_heads_keys_outer<64>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
@@ -837,16 +884,18 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       for (size_t g = 0; g < hg; ++g) {
         // This head's share of the next block's V (and of its K when Q.K^T runs head by head).
         const size_t k0 = klen * g / hg, k1 = klen * (g + 1) / hg, v0 = vlen * g / hg, v1 = vlen * (g + 1) / hg;
+        const size_t r0 = krest_len * g / hg, r1 = krest_len * (g + 1) / hg;
         attend_block(A, P, x, it, it.kvh0 + g, head_params(x, P.kv_block, g), g * Mh, Mh, n0, nb, first, false,
-                     keys_outer, keys_outer ? RowPrefetch{} : spread(kn + k0, k1 - k0, nullptr, 0, nb),
-                     spread(vn + v0, v1 - v0, nullptr, 0, pv_steps));
+                     keys_outer, keys_outer ? RowPrefetch{} : spread(kn + k0, k1 - k0, nullptr, 0, nb, pft.to_l1),
+                     spread(vn + v0, v1 - v0, krest + r0, r1 - r0, pv_steps, pft.to_l1));
       }
     } else {
       // One phase ahead: this block's V rows during its Q.K^T, the next block's K rows during P.V.
       const size_t h = it.kvh0;
       attend_block(A, P, x, it, h, head_params(x, P.kv_block, 0), 0, Mh, n0, nb, first, first, false,
-                   RowPrefetch{A.v + it.b * A.vst.b + h * A.vst.h + n0 * A.vst.s, A.vst.s, nb, A.head_dim},
-                   RowPrefetch{A.k + it.b * A.kst.b + h * A.kst.h + (n0 + nb) * A.kst.s, A.kst.s, next_nb, A.head_dim});
+                   rows_prefetch(A.v + it.b * A.vst.b + h * A.vst.h + n0 * A.vst.s, A.vst.s, nb, A.head_dim, pft.to_l1),
+                   rows_prefetch(A.k + it.b * A.kst.b + h * A.kst.h + (n0 + nb) * A.kst.s, A.kst.s, next_nb, A.head_dim,
+                                 pft.to_l1));
     }
     first = false;
   }
@@ -912,6 +961,16 @@ void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLay
 }  // namespace
 }  // namespace neon
 }  // namespace qsdpa
+
+// The decode prefetch tuning in force (prefetch_tuning above), read and set by the module's
+// _prefetch_tuning / _set_prefetch_tuning (tests, A/B timing); k_during_qk is checked there.
+void qsdpa_prefetch_tuning_get__neon(bool* to_l1, unsigned* k_during_qk) {
+  const qsdpa::neon::PrefetchTuning t = qsdpa::neon::prefetch_tuning();
+  *to_l1 = t.to_l1, *k_during_qk = t.k_during_qk;
+}
+void qsdpa_prefetch_tuning_set__neon(bool to_l1, unsigned k_during_qk) {
+  qsdpa::neon::set_prefetch_tuning({to_l1, k_during_qk});
+}
 
 // Tuning of this variant (from the registry), for plan_attention().
 extern const size_t qsdpa_attention_kv_block__neon = 256;

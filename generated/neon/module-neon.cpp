@@ -27,6 +27,8 @@ void qsdpa_qk_gemm_f32s8__neon(size_t m, size_t n, size_t k, const float* a, siz
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
 void qsdpa_flash_attention_s8__neon(const qsdpa::AttentionArgs& args, const qsdpa::AttentionPlan& plan,
     const qsdpa::ScratchLayout& layout, unsigned char* scratch);
+void qsdpa_prefetch_tuning_get__neon(bool* to_l1, unsigned* k_during_qk);
+void qsdpa_prefetch_tuning_set__neon(bool to_l1, unsigned k_during_qk);
 long long qsdpa_quantize_f32s8__neon(const qsdpa::QuantizeRows& a, int threads, bool check_only);
 
 namespace {
@@ -321,6 +323,22 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   "Every row is checked first: returns the flat index of the first row holding a NaN or an infinity, with\n"
   "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).");
 
+  // How decode blocks prefetch the next one on this CPU (flash_attention's prefetch_tuning): what
+  // qsdpa.show_runtime() reports, and what tests and A/B timing set. Results never depend on it.
+  mod.def("_prefetch_tuning", []() {
+    bool to_l1 = false;
+    unsigned k_during_qk = 0;
+    qsdpa_prefetch_tuning_get__neon(&to_l1, &k_during_qk);
+    py::dict d;
+    d["to_l1"] = to_l1;
+    d["k_during_qk_eighths"] = k_during_qk;
+    return d;
+  });
+  mod.def("_set_prefetch_tuning", [](bool to_l1, int k_during_qk_eighths) {
+    if (k_during_qk_eighths < 0 || k_during_qk_eighths > 8)
+      throw py::value_error("k_during_qk_eighths must be in [0, 8], got " + std::to_string(k_during_qk_eighths));
+    qsdpa_prefetch_tuning_set__neon(to_l1, static_cast<unsigned>(k_during_qk_eighths));
+  }, py::arg("to_l1"), py::arg("k_during_qk_eighths"));
   // Test hook: the vectorised exp the softmax uses, applied to a float32 array in place.
   mod.def("_vexp", [](py::handle x_) {
     auto x = qsdpa::matrix<float>(x_, "x", true);
