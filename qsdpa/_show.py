@@ -97,7 +97,8 @@ def runtime_report() -> str:
         lines.append(f"selected: {sel.name} ({sel.reason})")
         pf = _dispatch.load_variant(sel.name)._prefetch_tuning()
         lines.append(f"decode prefetch (chosen for this CPU's vendor): next block into "
-                     f"{'L1' if pf['to_l1'] else 'L2'}, {pf['k_during_qk_eighths']}/8 of its K during Q.K^T")
+                     f"{'L1' if pf['to_l1'] else 'L2'}{', pages walked first' if pf['walk_pages'] else ''}, "
+                     f"{pf['k_during_qk_eighths']}/8 of its K during Q.K^T")
     else:
         lines.append(f"selected: none -- {error}")
     omp = "n/a" if p.omp_max_threads is None else str(p.omp_max_threads)

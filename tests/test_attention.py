@@ -81,31 +81,31 @@ def test_gqa_ratios_and_head_dims(kmod, ratio, head_dim):
 ], ids=lambda s: "x".join(map(str, s[:6])))
 @pytest.mark.parametrize("float_query", [False, True], ids=["q8", "qf32"])
 def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
-    """Where the next block's lines are prefetched to, and how much of its K goes during Q.K^T, is
-    per-CPU tuning (flash_attention's prefetch_tuning): every setting gives the same bits, with
+    """Where the next block's lines are prefetched to, whether its pages are walked first, and how
+    much of its K goes during Q.K^T is per-CPU tuning (flash_attention's prefetch_tuning): every setting gives the same bits, with
     and without KV splits, and the reference's answer."""
     b, hq, hkv, sq, skv, d, start, causal = shape
     case = make_case(_rng("pf", shape, float_query), b, hq, hkv, sq, skv, d, float_query=float_query)
     saved = kmod._prefetch_tuning()
-    assert set(saved) == {"to_l1", "k_during_qk_eighths"} and 0 <= saved["k_during_qk_eighths"] <= 8
+    assert set(saved) == {"to_l1", "walk_pages", "k_during_qk_eighths"} and 0 <= saved["k_during_qk_eighths"] <= 8
     outs = []
     try:
-        for to_l1 in (False, True):
-            for eighths in (0, 3, 4, 8):
-                kmod._set_prefetch_tuning(to_l1, eighths)
-                assert kmod._prefetch_tuning() == {"to_l1": to_l1, "k_during_qk_eighths": eighths}
-                for splits in (1, 3):
-                    outs.append(check(kmod, case, start, is_causal=causal, force_splits=splits if sq == 1 else 0))
+        for to_l1, walk_pages, eighths in ((False, False, 0), (False, True, 3), (False, False, 4), (True, True, 4),
+                                           (True, False, 8), (False, True, 8)):
+            kmod._set_prefetch_tuning(to_l1, walk_pages, eighths)
+            assert kmod._prefetch_tuning() == {"to_l1": to_l1, "walk_pages": walk_pages, "k_during_qk_eighths": eighths}
+            for splits in (1, 3):
+                outs.append(check(kmod, case, start, is_causal=causal, force_splits=splits if sq == 1 else 0))
     finally:
-        kmod._set_prefetch_tuning(saved["to_l1"], saved["k_during_qk_eighths"])
+        kmod._set_prefetch_tuning(**saved)
     assert kmod._prefetch_tuning() == saved
     for splits in (0, 1):
         for o in outs[splits::2]:
             np.testing.assert_array_equal(o, outs[splits])
     with pytest.raises(ValueError, match="k_during_qk_eighths"):
-        kmod._set_prefetch_tuning(False, 9)
+        kmod._set_prefetch_tuning(False, False, 9)
     with pytest.raises(ValueError, match="k_during_qk_eighths"):
-        kmod._set_prefetch_tuning(True, -1)
+        kmod._set_prefetch_tuning(True, True, -1)
     assert kmod._prefetch_tuning() == saved
 
 

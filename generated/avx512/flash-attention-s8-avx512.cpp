@@ -115,33 +115,40 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
   return c;
 }
 
-// How a decode block fetches the next one, per CPU: where its lines go (L1 or L2) and how much of
-// the next block's K rides on this block's Q.K^T (the rest goes with V, a piece per P.V step).
+// How a decode block fetches the next one, per CPU: where its lines go (L1 or L2), whether its
+// pages are walked first (touch_pages), and how much of the next block's K rides on this block's
+// Q.K^T (the rest goes with V, a piece per P.V step).
 // Each core's best was measured on one model of it (paired A/B, llama3-8b decode, 2026-12-02):
-// - AMD (Zen 5): into L1 (prefetcht0): cold decode 3-13% faster than prefetcht1 with the pages
-//   walked beforehand (touch_pages); all of K during Q.K^T (keys outer, an even pace).
+// - AMD (Zen 5): pages walked, then into L1 (prefetcht0): cold decode 3-13% faster than
+//   prefetcht1 with the walks, 6-11% faster with the walks than without; all of K during Q.K^T
+//   (keys outer, an even pace).
 // - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
 //   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
 //   this core's single-thread bandwidth: half of K there and half with V made cold decode 12-15%
-//   faster at 1 thread (2048 and 8192 keys) and 11% at 2, hot 4-6%.
+//   faster at 1 thread (2048 and 8192 keys) and 11% at 2, hot 4-6%. No page walks: on that core
+//   they cost 4% hot (their loads wait on L3) and gained nothing cold.
 // Other x86 and ARM cores get Intel's setting (L2 is also NEON's; neither measured on an ARM core).
 // Results do not depend on it. Atomics: tests and A/B tools change it between calls.
 struct PrefetchTuning {
   bool to_l1;
+  bool walk_pages;
   unsigned k_during_qk;  // eighths of the next block's K fetched during Q.K^T, 0..8
 };
 inline PrefetchTuning default_prefetch_tuning() {
   __builtin_cpu_init();  // may run before libgcc's own constructor has filled in the CPU model
-  if (__builtin_cpu_is("amd")) return {true, 8};
-  return {false, 4};
+  if (__builtin_cpu_is("amd")) return {true, true, 8};
+  return {false, false, 4};
 }
 inline std::atomic<bool> g_prefetch_to_l1{default_prefetch_tuning().to_l1};
+inline std::atomic<bool> g_prefetch_walk_pages{default_prefetch_tuning().walk_pages};
 inline std::atomic<unsigned> g_prefetch_k_during_qk{default_prefetch_tuning().k_during_qk};
 inline PrefetchTuning prefetch_tuning() {
-  return {g_prefetch_to_l1.load(std::memory_order_relaxed), g_prefetch_k_during_qk.load(std::memory_order_relaxed)};
+  return {g_prefetch_to_l1.load(std::memory_order_relaxed), g_prefetch_walk_pages.load(std::memory_order_relaxed),
+          g_prefetch_k_during_qk.load(std::memory_order_relaxed)};
 }
 inline void set_prefetch_tuning(PrefetchTuning t) {
   g_prefetch_to_l1.store(t.to_l1, std::memory_order_relaxed);
+  g_prefetch_walk_pages.store(t.walk_pages, std::memory_order_relaxed);
   g_prefetch_k_during_qk.store(t.k_during_qk, std::memory_order_relaxed);
 }
 
@@ -879,8 +886,10 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
       const int8_t* kn = kb + (n0 + nb) * kbytes;
       const int8_t* vn = vb + (n0 + nb) * vbytes;
-      touch_pages(kn, klen);
-      touch_pages(vn, vlen);
+      if (pft.walk_pages) {
+        touch_pages(kn, klen);
+        touch_pages(vn, vlen);
+      }
       const size_t loops = pv_columns(D).prefetch_loops(), pv_steps = nb * (loops ? loops : 1);
       const bool keys_outer = A.q8 && Mh % 4 == 0;
       // The next block's K: the first klen_qk bytes during the keys-outer Q.K^T, the rest with V.
@@ -977,12 +986,12 @@ void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLay
 
 // The decode prefetch tuning in force (prefetch_tuning above), read and set by the module's
 // _prefetch_tuning / _set_prefetch_tuning (tests, A/B timing); k_during_qk is checked there.
-void qsdpa_prefetch_tuning_get__avx512(bool* to_l1, unsigned* k_during_qk) {
+void qsdpa_prefetch_tuning_get__avx512(bool* to_l1, bool* walk_pages, unsigned* k_during_qk) {
   const qsdpa::avx512::PrefetchTuning t = qsdpa::avx512::prefetch_tuning();
-  *to_l1 = t.to_l1, *k_during_qk = t.k_during_qk;
+  *to_l1 = t.to_l1, *walk_pages = t.walk_pages, *k_during_qk = t.k_during_qk;
 }
-void qsdpa_prefetch_tuning_set__avx512(bool to_l1, unsigned k_during_qk) {
-  qsdpa::avx512::set_prefetch_tuning({to_l1, k_during_qk});
+void qsdpa_prefetch_tuning_set__avx512(bool to_l1, bool walk_pages, unsigned k_during_qk) {
+  qsdpa::avx512::set_prefetch_tuning({to_l1, walk_pages, k_during_qk});
 }
 
 // Tuning of this variant (from the registry), for plan_attention().

@@ -29,8 +29,8 @@ void qsdpa_qk_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, s
     const qsdpa::QMatrix& b, float alpha, float* c, size_t ldc);
 void qsdpa_flash_attention_s8__scalar(const qsdpa::AttentionArgs& args, const qsdpa::AttentionPlan& plan,
     const qsdpa::ScratchLayout& layout, unsigned char* scratch);
-void qsdpa_prefetch_tuning_get__scalar(bool* to_l1, unsigned* k_during_qk);
-void qsdpa_prefetch_tuning_set__scalar(bool to_l1, unsigned k_during_qk);
+void qsdpa_prefetch_tuning_get__scalar(bool* to_l1, bool* walk_pages, unsigned* k_during_qk);
+void qsdpa_prefetch_tuning_set__scalar(bool to_l1, bool walk_pages, unsigned k_during_qk);
 long long qsdpa_quantize_f32s8__scalar(const qsdpa::QuantizeRows& a, int threads, bool check_only);
 
 namespace {
@@ -340,19 +340,20 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   // How decode blocks prefetch the next one on this CPU (flash_attention's prefetch_tuning): what
   // qsdpa.show_runtime() reports, and what tests and A/B timing set. Results never depend on it.
   mod.def("_prefetch_tuning", []() {
-    bool to_l1 = false;
+    bool to_l1 = false, walk_pages = false;
     unsigned k_during_qk = 0;
-    qsdpa_prefetch_tuning_get__scalar(&to_l1, &k_during_qk);
+    qsdpa_prefetch_tuning_get__scalar(&to_l1, &walk_pages, &k_during_qk);
     py::dict d;
     d["to_l1"] = to_l1;
+    d["walk_pages"] = walk_pages;
     d["k_during_qk_eighths"] = k_during_qk;
     return d;
   });
-  mod.def("_set_prefetch_tuning", [](bool to_l1, int k_during_qk_eighths) {
+  mod.def("_set_prefetch_tuning", [](bool to_l1, bool walk_pages, int k_during_qk_eighths) {
     if (k_during_qk_eighths < 0 || k_during_qk_eighths > 8)
       throw py::value_error("k_during_qk_eighths must be in [0, 8], got " + std::to_string(k_during_qk_eighths));
-    qsdpa_prefetch_tuning_set__scalar(to_l1, static_cast<unsigned>(k_during_qk_eighths));
-  }, py::arg("to_l1"), py::arg("k_during_qk_eighths"));
+    qsdpa_prefetch_tuning_set__scalar(to_l1, walk_pages, static_cast<unsigned>(k_during_qk_eighths));
+  }, py::arg("to_l1"), py::arg("walk_pages"), py::arg("k_during_qk_eighths"));
   // Test hook: the vectorised exp the softmax uses, applied to a float32 array in place.
   mod.def("_vexp", [](py::handle x_) {
     auto x = qsdpa::matrix<float>(x_, "x", true);
