@@ -82,8 +82,8 @@ def test_gqa_ratios_and_head_dims(kmod, ratio, head_dim):
 @pytest.mark.parametrize("float_query", [False, True], ids=["q8", "qf32"])
 def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
     """Where the next block's lines are prefetched to, whether its pages are walked first, and how
-    much of its K goes during Q.K^T is per-CPU tuning (flash_attention's prefetch_tuning): every setting gives the same bits, with
-    and without KV splits, and the reference's answer."""
+    much of its K goes during Q.K^T is per-CPU tuning (flash_attention's prefetch_tuning): every
+    setting gives the same bits, with and without KV splits, and the reference's answer."""
     b, hq, hkv, sq, skv, d, start, causal = shape
     case = make_case(_rng("pf", shape, float_query), b, hq, hkv, sq, skv, d, float_query=float_query)
     saved = kmod._prefetch_tuning()
@@ -95,7 +95,8 @@ def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
             kmod._set_prefetch_tuning(to_l1, walk_pages, eighths)
             assert kmod._prefetch_tuning() == {"to_l1": to_l1, "walk_pages": walk_pages, "k_during_qk_eighths": eighths}
             for splits in (1, 3):
-                outs.append(check(kmod, case, start, is_causal=causal, force_splits=splits if sq == 1 else 0))
+                run = check if not outs[2:] else run_variant  # the reference once; then the same bits
+                outs.append(run(kmod, case, start, is_causal=causal, force_splits=splits if sq == 1 else 0))
     finally:
         kmod._set_prefetch_tuning(**saved)
     assert kmod._prefetch_tuning() == saved
