@@ -135,8 +135,10 @@ struct PrefetchTuning {
   unsigned k_during_qk;  // eighths of the next block's K fetched during Q.K^T, 0..8
 };
 inline PrefetchTuning default_prefetch_tuning() {
+#if defined(__x86_64__) || defined(__i386__)  // the CPU's, whatever the variant (scalar included)
   __builtin_cpu_init();  // may run before libgcc's own constructor has filled in the CPU model
   if (__builtin_cpu_is("amd")) return {true, true, 8};
+#endif
   return {false, false, 4};
 }
 inline std::atomic<bool> g_prefetch_to_l1{default_prefetch_tuning().to_l1};
