@@ -449,3 +449,31 @@ def test_last_level_cache_skips_entries_without_a_size(tmp_path):
     (tmp_path / "index9").mkdir()  # no size file at all
     assert _bench.last_level_cache_bytes(str(tmp_path)) == 491520 << 10
     assert _bench.last_level_cache_bytes(str(tmp_path / "missing")) == 32 << 20
+
+
+def _vm_flags(address: int) -> list:
+    """The VmFlags of the mapping holding `address` (/proc/self/smaps)."""
+    mapping = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                mapping = lo <= address < hi
+            elif mapping and line.startswith("VmFlags:"):
+                return line.split()[1:]
+    return []
+
+
+def test_on_huge_pages_copies_aligned_and_asks_for_huge_pages():
+    a = np.arange(10, dtype=np.float32).reshape(2, 5)
+    b = np.arange(7, dtype=np.int8)
+    big = np.ones(6 << 20, dtype=np.int8)
+    x, y, z = _bench.on_huge_pages((a, b, big))
+    assert x.shape == a.shape and x.dtype == a.dtype and (x == a).all() and (y == b).all() and (z == big).all()
+    assert all(v.flags.writeable and v.ctypes.data % 64 == 0 for v in (x, y, z))
+    x[0, 0] = 42.0
+    assert a[0, 0] == 0.0  # copies, not views
+    if sys.platform == "linux":
+        assert x.ctypes.data % _bench.HUGE_PAGE == 0  # the buffer starts on a 2 MiB boundary
+        assert "hg" in _vm_flags(z.ctypes.data)  # madvise(MADV_HUGEPAGE) on the mapping
