@@ -141,9 +141,10 @@ inline PrefetchTuning default_prefetch_tuning() {
 #endif
   return {false, false, 4};
 }
-inline std::atomic<bool> g_prefetch_to_l1{default_prefetch_tuning().to_l1};
-inline std::atomic<bool> g_prefetch_walk_pages{default_prefetch_tuning().walk_pages};
-inline std::atomic<unsigned> g_prefetch_k_during_qk{default_prefetch_tuning().k_during_qk};
+inline const PrefetchTuning kDefaultPrefetchTuning = default_prefetch_tuning();  // the CPU asked once
+inline std::atomic<bool> g_prefetch_to_l1{kDefaultPrefetchTuning.to_l1};
+inline std::atomic<bool> g_prefetch_walk_pages{kDefaultPrefetchTuning.walk_pages};
+inline std::atomic<unsigned> g_prefetch_k_during_qk{kDefaultPrefetchTuning.k_during_qk};
 inline PrefetchTuning prefetch_tuning() {
   return {g_prefetch_to_l1.load(std::memory_order_relaxed), g_prefetch_walk_pages.load(std::memory_order_relaxed),
           g_prefetch_k_during_qk.load(std::memory_order_relaxed)};
