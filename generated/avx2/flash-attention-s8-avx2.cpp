@@ -24,6 +24,10 @@
 static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: one thread
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -118,10 +122,15 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
 // How a decode block fetches the next one, per CPU: where its lines go (L1 or L2), whether its
 // pages are walked first (touch_pages), and how much of the next block's K rides on this block's
 // Q.K^T (the rest goes with V, a piece per P.V step).
-// Each core's best was measured on one model of it (paired A/B, llama3-8b decode, 2026-12-02):
-// - AMD (Zen 5): pages walked, then into L1 (prefetcht0): cold decode 3-13% faster than
-//   prefetcht1 with the walks, 6-11% faster with the walks than without; all of K during Q.K^T
-//   (keys outer, an even pace).
+// Each core's best was measured on one model of it (paired A/B, llama3-8b decode, 2026-12-02/03):
+// - AMD Zen 5 (family 0x1A): pages walked, then into L1 (prefetcht0): cold decode 3-13% faster
+//   than prefetcht1 with the walks, 6-11% faster with the walks than without; all of K during
+//   Q.K^T (keys outer, an even pace).
+// - AMD Zen 4 (family 0x19, an EPYC with a 1 MiB L2 a core): Zen 5's setting was the slowest of
+//   seven cold (2048 keys: 1.27x Intel's at 1 thread, 1.16x at 2; 8192 keys: 1.27x at both), into
+//   L1 with or without the walks 0.98-1.0x it, the walks 2-3% slower than none; so Intel's. How much
+//   of K goes during Q.K^T (0 to 8 eighths) moved it by under 2%. Earlier AMD families are taken
+//   with Zen 4 (Zen 3's only variant, avx2, was never measured with these prefetches).
 // - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
 //   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
 //   this core's single-thread bandwidth: half of K there and half with V made cold decode 12-15%
@@ -137,7 +146,12 @@ struct PrefetchTuning {
 inline PrefetchTuning default_prefetch_tuning() {
 #if defined(__x86_64__) || defined(__i386__)  // the CPU's, whatever the variant (scalar included)
   __builtin_cpu_init();  // may run before libgcc's own constructor has filled in the CPU model
-  if (__builtin_cpu_is("amd")) return {true, true, 8};
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__builtin_cpu_is("amd") && __get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+    const unsigned base = (eax >> 8) & 0xF;
+    const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+    if (family >= 0x1A) return {true, true, 8};
+  }
 #endif
   return {false, false, 4};
 }
