@@ -45,6 +45,7 @@ import platform
 import re
 import shlex
 import statistics
+import threading
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -105,6 +106,8 @@ class Result:
     others_cores: Optional[float] = None                       # CPUs other processes kept busy meanwhile
     cores_probe: Optional[float] = None                        # FMA probe rate(all threads) / rate(1) at start
     cores_wait_s: float = 0.0                                  # seconds waited for that probe (wait_for_cores)
+    quiet_wait_s: float = 0.0   # seconds _settle waited, beyond SETTLE_S, for thread pools to stop spinning
+    quiet_capped: int = 0       # timed calls whose wait reached QUIET_CAP_S (a thread still busy)
 
 
 TARGET_MODEL = "llama3-8b"
@@ -524,6 +527,11 @@ def others_cores(before, after) -> Optional[float]:
 
 
 SETTLE_S = 0.005  # pause before each implementation's calls (see run_case)
+# After the pause, _settle goes on until the process's other threads have gone quiet: under
+# QUIET_CPU of a core over the last QUIET_WINDOW_S, or QUIET_CAP_S at most.
+QUIET_WINDOW_S = 0.003
+QUIET_CPU = 0.1
+QUIET_CAP_S = 0.25
 
 
 _SPIN_CHUNK_S = 2e-4  # one FMA-probe call of _settle's helper threads (the GIL is free meanwhile)
@@ -539,28 +547,17 @@ def _spin_probe():
     return _spin_state["probe"], _spin_state["steps"]
 
 
-def _settle(seconds: float, threads: int = 1) -> None:
-    """Wait while keeping `threads` cores busy: a sleep lets a VM's vCPU idle down (clock, caches),
-    which costs a sub-millisecond call far more than a long one and would skew the ratios.
-
-    With threads > 1, this thread and `threads - 1` helper threads run the FMA probe (GIL released)
-    in short calls until the deadline. Busy-waiting on this core alone left the
-    others idle: a 2-thread decode call after it then ran with a cold second vCPU (llama3-8b, 2048
-    keys, hot, peers in between: median 352 us after 5 ms on one core against 337 us on both, 456
-    against 290 us after 30 ms). A model's other layers keep every core busy between two attention
-    calls. The rule is the same for every implementation; for the peers' calls, tens of
-    milliseconds long, a cold core's start is a much smaller share of the call."""
-    end = time.perf_counter() + seconds
+def _busy_cores(until: float, threads: int) -> None:
+    """Keep `threads` cores busy until `until`: this thread, and threads - 1 helper threads running
+    the FMA probe (GIL released) in short calls."""
     if threads <= 1:
-        while time.perf_counter() < end:
+        while time.perf_counter() < until:
             pass
         return
-    import threading
-
     probe, steps = _spin_probe()
 
     def spin() -> None:
-        while time.perf_counter() < end:
+        while time.perf_counter() < until:
             probe(steps)
 
     # Threads of their own, not a pool's: an executor may queue the tasks on one idle worker.
@@ -570,6 +567,60 @@ def _settle(seconds: float, threads: int = 1) -> None:
     spin()
     for h in helpers:
         h.join()
+
+
+def _others_cpu(clocks: ThreadClocks, me: int) -> Optional[float]:
+    """CPU seconds the listed threads other than `me` have run, from their own clocks (None
+    without them)."""
+    if not clocks.exact:
+        return None
+    sample = clocks.sample()
+    return sum(ns for tid, ns in zip(clocks.tids, sample) if tid != me and ns is not None) * 1e-9
+
+
+def _settle(seconds: float, threads: int = 1, clocks: Optional[ThreadClocks] = None) -> float:
+    """Wait while keeping `threads` cores busy: a sleep lets a VM's vCPU idle down (clock, caches),
+    which costs a sub-millisecond call far more than a long one and would skew the ratios.
+
+    With threads > 1, this thread and `threads - 1` helper threads run the FMA probe (GIL released)
+    in short calls until the deadline. Busy-waiting on this core alone left the
+    others idle: a 2-thread decode call after it then ran with a cold second vCPU (llama3-8b, 2048
+    keys, hot, peers in between: median 352 us after 5 ms on one core against 337 us on both, 456
+    against 290 us after 30 ms). A model's other layers keep every core busy between two attention
+    calls. The rule is the same for every implementation; for the peers' calls, tens of
+    milliseconds long, a cold core's start is a much smaller share of the call.
+
+    With `clocks` (the process's threads), it then waits, this thread alone busy, until the others
+    have gone quiet (under QUIET_CPU of a core over QUIET_WINDOW_S; at most QUIET_CAP_S), and keeps
+    every core busy once more for QUIET_WINDOW_S. Alone, because with every core busy a spinning
+    thread can sit off the CPU for milliseconds (the scheduler runs a new helper thread first) and
+    look quiet. The previous implementation's thread pool may still be spin-waiting,
+    and on a 2-core machine a spinning thread takes a core from the next call's threads. How long
+    pools spin differs by library and machine: on the Zen 4 VM of 2026-12-03, OpenBLAS's worker
+    (numpy's reference peer) spun about 100 ms after a 256 x 256 matmul (48 ms of CPU in the next
+    50 ms), libgomp's about 10 ms after a region; a fixed 5 ms let the first overlap the timed calls
+    of every implementation after it in the round (llama3-8b decode, 2048 keys, 2 threads: qsdpa's
+    spread 39-48% in the cases with the numpy peer, 8-23% in those without). Returns the seconds
+    waited beyond `seconds`."""
+    start = time.perf_counter()
+    _busy_cores(start + seconds, threads)
+    if clocks is None or not clocks.exact:
+        return 0.0
+    me = threading.get_native_id()
+    history = [(time.perf_counter(), _others_cpu(clocks, me))]
+    cap = history[0][0] + QUIET_CAP_S
+    while True:
+        t1 = history[-1][0] + 1e-3
+        while time.perf_counter() < t1:
+            pass
+        history.append((time.perf_counter(), _others_cpu(clocks, me)))
+        now, c1 = history[-1]
+        old = [h for h in history if h[0] <= now - QUIET_WINDOW_S]
+        if (old and c1 - old[-1][1] < QUIET_CPU * (now - old[-1][0])) or now >= cap:
+            break
+    # Then every core busy again for a moment, so that none has idled down before the call.
+    _busy_cores(time.perf_counter() + QUIET_WINDOW_S, threads)
+    return max(0.0, time.perf_counter() - start - seconds)
 
 
 def _timed_call(fn: Callable[[], object], clocks: ThreadClocks) -> Tuple[float, float, float]:
@@ -623,9 +674,11 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 call += 1
                 clocks.refresh()  # thread pools the warm-up started; not _settle's helpers
                 # Let the previous implementation's worker threads (libgomp's, torch's intra-op pool,
-                # ExecuTorch's pthreadpool) finish spinning: on a 2-core machine a spinning peer
-                # thread takes a core from the next implementation's threads.
-                _settle(SETTLE_S, case.threads)
+                # ExecuTorch's pthreadpool, OpenBLAS's) finish spinning: on a 2-core machine a
+                # spinning peer thread takes a core from the next implementation's threads.
+                waited = _settle(SETTLE_S, case.threads, clocks)
+                result.quiet_wait_s += waited
+                result.quiet_capped += waited >= QUIET_CAP_S
                 w0 = time.perf_counter()
                 if rewarm and name != FLOOR:  # the floor reads memory, never a cache it warmed
                     fn(layer)
@@ -706,7 +759,7 @@ def paired_scaling(kind: str, context: int, threads: int, rounds: int, budget_s:
         for t in samples:
             set_num_threads(t)
             clocks.refresh()
-            _settle(SETTLE_S, threads)  # every core the t=N call uses, before either call
+            _settle(SETTLE_S, threads, clocks)  # every core the t=N call uses, before either call
             call()  # re-warm, as in run_case
             took, used, span = _timed_call(call, clocks)
             samples[t].append(took)
@@ -1011,6 +1064,15 @@ def _ratio_cell(res: Result, name: str) -> str:
     return "-"
 
 
+def quiet_note(results: Sequence[Result]) -> str:
+    """How long _settle waited for spinning threads over the run, as a clause for the report."""
+    waited = sum(r.quiet_wait_s for r in results)
+    capped = sum(r.quiet_capped for r in results)
+    return (f" (under {QUIET_CPU:g} of a core over {QUIET_WINDOW_S * 1e3:g} ms; at most {QUIET_CAP_S * 1e3:g} ms "
+            f"more): {waited:.1f} s waited in all" + (f", {capped} calls after the cap with a thread still busy"
+                                                        if capped else ""))
+
+
 def cores_note(meta: Dict[str, object], results: Sequence[Result]) -> str:
     """What wait_for_cores did before the cases, as a sentence for the report ('' if it was off)."""
     probed = [r for r in results if r.cores_probe is not None]
@@ -1057,7 +1119,9 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         "Each layer's int8 K/V and qparams, and each of the floor's buffers, are one allocation on 2 MiB "
         "pages where the OS grants them (madvise), so that both read the same kind of pages. "
         "Each timed call (with a hot decode's untimed re-warm call before it) follows "
-        f"{SETTLE_S * 1e3:g} ms with every core the case uses kept busy, as a model's other layers would keep them. "
+        f"{SETTLE_S * 1e3:g} ms with every core the case uses kept busy, as a model's other layers would keep them, "
+        "and then, with the cores still busy, until every other thread of the process has gone quiet "
+        "(a thread pool's spin-wait after the previous implementation's call)" + quiet_note(results) + ". "
         "Others: CPUs that other processes kept busy during the case (timings on a shared machine)."
         + cores_note(meta, results),
         "",
@@ -1159,7 +1223,8 @@ def results_json(meta: Dict[str, object], results: Sequence[Result], targets: Se
                              layers=r.layers, floor_us=r.floor_us, floor_spread=r.floor_spread,
                              floor_samples=r.floor_samples, floor_bytes=r.floor_bytes,
                              start_floor_us=r.start_floor_us, seconds=r.seconds, others_cores=r.others_cores,
-                             cores_probe=r.cores_probe, cores_wait_s=r.cores_wait_s)
+                             cores_probe=r.cores_probe, cores_wait_s=r.cores_wait_s,
+                             quiet_wait_s=r.quiet_wait_s, quiet_capped=r.quiet_capped)
                         for r in results],
             "targets": [asdict(t) for t in targets]}
 
@@ -1296,7 +1361,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         results.append(res)
         clear = "\x1b[K" if tty else ""  # erase the rest of the "running" line
         cores = "" if probe is None else f", cores probe x{probe:.2f} after {waited:.0f}s"
-        print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s{_busy_note(res)}{cores}]", flush=True)
+        quiet = f", {res.quiet_wait_s:.1f}s for spinning threads" if res.quiet_wait_s >= 0.05 else ""
+        print(f"{clear}[{i}/{len(cases)}] {format_row(res)}  [{res.seconds:.1f}s{_busy_note(res)}{cores}{quiet}]",
+              flush=True)
     paired: List[PairedScaling] = []
     if args.targets and all_threads >= 2:
         for kind, ctx in SCALING_TARGETS:

@@ -440,6 +440,48 @@ def test_settle_busies_every_core_it_is_given_until_the_deadline(monkeypatch):
             assert threading.get_ident() in callers and len(set(callers)) == threads
 
 
+def test_settle_waits_for_spinning_threads_up_to_the_cap(monkeypatch):
+    """With the process's thread clocks, _settle goes on past its pause while another thread of the
+    process is still running (a thread pool's spin-wait), and stops once it is quiet or at the cap."""
+    import threading
+    import time
+
+    from qsdpa._thread_cpu import ThreadClocks
+
+    probe, steps = _bench._spin_probe()  # steps per ~0.2 ms; one call releases the GIL throughout,
+    monkeypatch.setattr(_bench, "QUIET_CAP_S", 0.3)  # like a native pool's spin-wait
+    ends = {}
+
+    def spinner(seconds):
+        probe(int(steps * seconds / _bench._SPIN_CHUNK_S))
+        ends["at"] = time.perf_counter()
+
+    # quiet process: about the pause alone
+    clocks = ThreadClocks()
+    if not clocks.exact:
+        pytest.skip("no per-thread CPU clocks here (not Linux): _settle cannot see other threads")
+    t0 = time.perf_counter()
+    waited = _bench._settle(0.005, 1, clocks)
+    assert waited < 0.1 and time.perf_counter() - t0 >= 0.005
+
+    # a thread that spins 80 ms more: waited for, not past it by much
+    th = threading.Thread(target=spinner, args=(0.08,))
+    th.start()
+    clocks.refresh()
+    waited = _bench._settle(0.005, 1, clocks)
+    th.join()
+    assert time.perf_counter() >= ends.pop("at") and 0.04 < waited < 0.3
+
+    # one that outlasts the cap: the cap
+    th = threading.Thread(target=spinner, args=(0.6,))
+    th.start()
+    clocks.refresh()
+    waited = _bench._settle(0.005, 2, clocks)
+    assert "at" not in ends or ends["at"] > time.perf_counter()  # still spinning when it gave up
+    th.join()
+    assert 0.3 <= waited < 0.45
+
+
 def test_last_level_cache_skips_entries_without_a_size(tmp_path):
     # Linux's cache folder holds a `uevent` file beside the index* folders; it must not end the scan.
     for name, size in (("index0", "48K"), ("index2", "2048K"), ("index3", "491520K")):
