@@ -590,37 +590,36 @@ def _settle(seconds: float, threads: int = 1, clocks: Optional[ThreadClocks] = N
     calls. The rule is the same for every implementation; for the peers' calls, tens of
     milliseconds long, a cold core's start is a much smaller share of the call.
 
-    With `clocks` (the process's threads), it then waits, this thread alone busy, until the others
-    have gone quiet (under QUIET_CPU of a core over QUIET_WINDOW_S; at most QUIET_CAP_S), and keeps
-    every core busy once more for QUIET_WINDOW_S. Alone, because with every core busy a spinning
-    thread can sit off the CPU for milliseconds (the scheduler runs a new helper thread first) and
-    look quiet. The previous implementation's thread pool may still be spin-waiting,
-    and on a 2-core machine a spinning thread takes a core from the next call's threads. How long
+    With `clocks` (the process's threads), it first waits, this thread alone busy, until the others
+    have gone quiet (under QUIET_CPU of a core over QUIET_WINDOW_S; at most QUIET_CAP_S); the pause
+    follows. Alone, because with every core busy a spinning thread can sit off the CPU for
+    milliseconds (the scheduler runs a new helper thread first) and look quiet; first, because
+    nothing wakes a pool that has gone quiet, and the call should follow the busy cores. The
+    previous implementation's thread pool may still be spin-waiting, and on a 2-core machine a spinning thread takes a core from the next call's threads. How long
     pools spin differs by library and machine: on the Zen 4 VM of 2026-12-03, OpenBLAS's worker
     (numpy's reference peer) spun about 100 ms after a 256 x 256 matmul (48 ms of CPU in the next
     50 ms), libgomp's about 10 ms after a region; a fixed 5 ms let the first overlap the timed calls
     of every implementation after it in the round (llama3-8b decode, 2048 keys, 2 threads: qsdpa's
     spread 39-48% in the cases with the numpy peer, 8-23% in those without). Returns the seconds
-    waited beyond `seconds`."""
-    start = time.perf_counter()
-    _busy_cores(start + seconds, threads)
-    if clocks is None or not clocks.exact:
-        return 0.0
-    me = threading.get_native_id()
-    history = [(time.perf_counter(), _others_cpu(clocks, me))]
-    cap = history[0][0] + QUIET_CAP_S
-    while True:
-        t1 = history[-1][0] + 1e-3
-        while time.perf_counter() < t1:
-            pass
-        history.append((time.perf_counter(), _others_cpu(clocks, me)))
-        now, c1 = history[-1]
-        old = [h for h in history if h[0] <= now - QUIET_WINDOW_S]
-        if (old and c1 - old[-1][1] < QUIET_CPU * (now - old[-1][0])) or now >= cap:
-            break
-    # Then every core busy again for a moment, so that none has idled down before the call.
-    _busy_cores(time.perf_counter() + QUIET_WINDOW_S, threads)
-    return max(0.0, time.perf_counter() - start - seconds)
+    waited for busy threads (0 if they were quiet from the start)."""
+    waited = 0.0
+    if clocks is not None and clocks.exact:
+        me = threading.get_native_id()
+        history = [(time.perf_counter(), _others_cpu(clocks, me))]
+        start = history[0][0]
+        while True:
+            t1 = history[-1][0] + 1e-3
+            while time.perf_counter() < t1:
+                pass
+            history.append((time.perf_counter(), _others_cpu(clocks, me)))
+            now, c1 = history[-1]
+            old = [h for h in history if h[0] <= now - QUIET_WINDOW_S]
+            if (old and c1 - old[-1][1] < QUIET_CPU * (now - old[-1][0])) or now >= start + QUIET_CAP_S:
+                break
+        # what a quiet process would not have waited: the first window and its last sample
+        waited = max(0.0, now - start - QUIET_WINDOW_S - 1e-3)
+    _busy_cores(time.perf_counter() + seconds, threads)
+    return waited
 
 
 def _timed_call(fn: Callable[[], object], clocks: ThreadClocks) -> Tuple[float, float, float]:
@@ -678,7 +677,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 # spinning peer thread takes a core from the next implementation's threads.
                 waited = _settle(SETTLE_S, case.threads, clocks)
                 result.quiet_wait_s += waited
-                result.quiet_capped += waited >= QUIET_CAP_S
+                result.quiet_capped += waited >= QUIET_CAP_S - QUIET_WINDOW_S - 2e-3
                 w0 = time.perf_counter()
                 if rewarm and name != FLOOR:  # the floor reads memory, never a cache it warmed
                     fn(layer)
@@ -1068,8 +1067,8 @@ def quiet_note(results: Sequence[Result]) -> str:
     """How long _settle waited for spinning threads over the run, as a clause for the report."""
     waited = sum(r.quiet_wait_s for r in results)
     capped = sum(r.quiet_capped for r in results)
-    return (f" (under {QUIET_CPU:g} of a core over {QUIET_WINDOW_S * 1e3:g} ms; at most {QUIET_CAP_S * 1e3:g} ms "
-            f"more): {waited:.1f} s waited in all" + (f", {capped} calls after the cap with a thread still busy"
+    return (f" (under {QUIET_CPU:g} of a core over {QUIET_WINDOW_S * 1e3:g} ms, this thread alone busy; at most "
+            f"{QUIET_CAP_S * 1e3:g} ms): {waited:.1f} s waited in all beyond that window" + (f", {capped} calls after the cap with a thread still busy"
                                                         if capped else ""))
 
 
@@ -1120,7 +1119,7 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         "pages where the OS grants them (madvise), so that both read the same kind of pages. "
         "Each timed call (with a hot decode's untimed re-warm call before it) follows "
         f"{SETTLE_S * 1e3:g} ms with every core the case uses kept busy, as a model's other layers would keep them, "
-        "and then, with the cores still busy, until every other thread of the process has gone quiet "
+        "after a wait until every other thread of the process has gone quiet "
         "(a thread pool's spin-wait after the previous implementation's call)" + quiet_note(results) + ". "
         "Others: CPUs that other processes kept busy during the case (timings on a shared machine)."
         + cores_note(meta, results),

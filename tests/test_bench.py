@@ -462,7 +462,7 @@ def test_settle_waits_for_spinning_threads_up_to_the_cap(monkeypatch):
         pytest.skip("no per-thread CPU clocks here (not Linux): _settle cannot see other threads")
     t0 = time.perf_counter()
     waited = _bench._settle(0.005, 1, clocks)
-    assert waited < 0.1 and time.perf_counter() - t0 >= 0.005
+    assert waited < 0.05 and time.perf_counter() - t0 >= 0.005
 
     # a thread that spins 80 ms more: waited for, not past it by much
     th = threading.Thread(target=spinner, args=(0.08,))
@@ -479,7 +479,7 @@ def test_settle_waits_for_spinning_threads_up_to_the_cap(monkeypatch):
     waited = _bench._settle(0.005, 2, clocks)
     assert "at" not in ends or ends["at"] > time.perf_counter()  # still spinning when it gave up
     th.join()
-    assert 0.3 <= waited < 0.45
+    assert 0.29 <= waited < 0.45
 
 
 def test_last_level_cache_skips_entries_without_a_size(tmp_path):
