@@ -11,7 +11,12 @@
  * On the Intel Xeon VM of 2026-12-02 (docs/benchmarks.md), medians of 200, two runs: back to back,
  * both threads in within 0.5 us and the region 50.7-50.8 us; after the busy pause, the master
  * enters 10.7-10.8 us late (its futex wake of the worker) and the worker 20.5-22 us late (p90
- * 26-877 us), region 71-73 us; after a sleep 12.0-12.2 and 38.6-39.7 us, region 89-91 us. */
+ * 26-877 us), region 71-73 us; after a sleep 12.0-12.2 and 38.6-39.7 us, region 89-91 us.
+ * On the Zen 4 VM of 2026-12-03: back to back 0.4 / 0.2 us, region 50.8; after the busy pause
+ * 2.3 / 2.9 us (p90 9.2), region 54.0; after a sleep 4.2 / 6.6 us, region 58.5. That VM halts an
+ * idle vCPU at once (Firecracker, cpuidle haltpoll with guest_halt_poll_ns=0), and a 1-key qsdpa
+ * call at 2 threads with OMP_WAIT_POLICY=passive (a futex wake every region) took 60 us against
+ * 5-8 us with the default spin: a worker asleep on a halted vCPU is expensive to wake there. */
 #include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
