@@ -45,8 +45,8 @@ import platform
 import re
 import shlex
 import statistics
-import threading
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -106,7 +106,7 @@ class Result:
     others_cores: Optional[float] = None                       # CPUs other processes kept busy meanwhile
     cores_probe: Optional[float] = None                        # FMA probe rate(all threads) / rate(1) at start
     cores_wait_s: float = 0.0                                  # seconds waited for that probe (wait_for_cores)
-    quiet_wait_s: float = 0.0   # seconds _settle waited, beyond SETTLE_S, for thread pools to stop spinning
+    quiet_wait_s: float = 0.0   # seconds _settle waited for thread pools to stop spinning (_settle's return)
     quiet_capped: int = 0       # timed calls whose wait reached QUIET_CAP_S (a thread still busy)
 
 
@@ -527,7 +527,7 @@ def others_cores(before, after) -> Optional[float]:
 
 
 SETTLE_S = 0.005  # pause before each implementation's calls (see run_case)
-# After the pause, _settle goes on until the process's other threads have gone quiet: under
+# Before the pause, _settle waits until the process's other threads have gone quiet: under
 # QUIET_CPU of a core over the last QUIET_WINDOW_S, or QUIET_CAP_S at most.
 QUIET_WINDOW_S = 0.003
 QUIET_CPU = 0.1
@@ -595,8 +595,9 @@ def _settle(seconds: float, threads: int = 1, clocks: Optional[ThreadClocks] = N
     follows. Alone, because with every core busy a spinning thread can sit off the CPU for
     milliseconds (the scheduler runs a new helper thread first) and look quiet; first, because
     nothing wakes a pool that has gone quiet, and the call should follow the busy cores. The
-    previous implementation's thread pool may still be spin-waiting, and on a 2-core machine a spinning thread takes a core from the next call's threads. How long
-    pools spin differs by library and machine: on the Zen 4 VM of 2026-12-03, OpenBLAS's worker
+    previous implementation's thread pool may still be spin-waiting, and on a 2-core machine a
+    spinning thread takes a core from the next call's threads. How long pools spin differs by
+    library and machine: on the Zen 4 VM of 2026-12-03, OpenBLAS's worker
     (numpy's reference peer) spun about 100 ms after a 256 x 256 matmul (48 ms of CPU in the next
     50 ms), libgomp's about 10 ms after a region; a fixed 5 ms let the first overlap the timed calls
     of every implementation after it in the round (llama3-8b decode, 2048 keys, 2 threads: qsdpa's
@@ -620,6 +621,11 @@ def _settle(seconds: float, threads: int = 1, clocks: Optional[ThreadClocks] = N
         waited = max(0.0, now - start - QUIET_WINDOW_S - 1e-3)
     _busy_cores(time.perf_counter() + seconds, threads)
     return waited
+
+
+def _quiet_wait_capped(waited: float) -> bool:
+    """Whether a wait _settle returned ended at QUIET_CAP_S rather than on quiet threads."""
+    return waited >= QUIET_CAP_S - QUIET_WINDOW_S - 2e-3
 
 
 def _timed_call(fn: Callable[[], object], clocks: ThreadClocks) -> Tuple[float, float, float]:
@@ -677,7 +683,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 # spinning peer thread takes a core from the next implementation's threads.
                 waited = _settle(SETTLE_S, case.threads, clocks)
                 result.quiet_wait_s += waited
-                result.quiet_capped += waited >= QUIET_CAP_S - QUIET_WINDOW_S - 2e-3
+                result.quiet_capped += _quiet_wait_capped(waited)
                 w0 = time.perf_counter()
                 if rewarm and name != FLOOR:  # the floor reads memory, never a cache it warmed
                     fn(layer)
@@ -1067,9 +1073,9 @@ def quiet_note(results: Sequence[Result]) -> str:
     """How long _settle waited for spinning threads over the run, as a clause for the report."""
     waited = sum(r.quiet_wait_s for r in results)
     capped = sum(r.quiet_capped for r in results)
+    capped_note = f", {capped} calls after the cap with a thread still busy" if capped else ""
     return (f" (under {QUIET_CPU:g} of a core over {QUIET_WINDOW_S * 1e3:g} ms, this thread alone busy; at most "
-            f"{QUIET_CAP_S * 1e3:g} ms): {waited:.1f} s waited in all beyond that window" + (f", {capped} calls after the cap with a thread still busy"
-                                                        if capped else ""))
+            f"{QUIET_CAP_S * 1e3:g} ms): {waited:.1f} s waited in all beyond that window{capped_note}")
 
 
 def cores_note(meta: Dict[str, object], results: Sequence[Result]) -> str:

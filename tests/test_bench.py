@@ -441,45 +441,41 @@ def test_settle_busies_every_core_it_is_given_until_the_deadline(monkeypatch):
 
 
 def test_settle_waits_for_spinning_threads_up_to_the_cap(monkeypatch):
-    """With the process's thread clocks, _settle goes on past its pause while another thread of the
-    process is still running (a thread pool's spin-wait), and stops once it is quiet or at the cap."""
-    import threading
+    """With the process's thread clocks, _settle waits while another thread of the process is
+    still running (a thread pool's spin-wait), and stops once it is quiet or at the cap. The other
+    threads' CPU time is a stand-in here (one core's worth until `busy_until`, then none): with real
+    threads the test would time the scheduler, and under CI's parallel suites a spinning thread
+    gets the CPU in bursts. That the real clocks see other threads is test_thread_cpu's."""
     import time
 
-    from qsdpa._thread_cpu import ThreadClocks
+    monkeypatch.setattr(_bench, "QUIET_CAP_S", 0.3)
+    busy_until = {"t": 0.0}
 
-    probe, steps = _bench._spin_probe()  # steps per ~0.2 ms; one call releases the GIL throughout,
-    monkeypatch.setattr(_bench, "QUIET_CAP_S", 0.3)  # like a native pool's spin-wait
-    ends = {}
+    def others_cpu(clocks, me):
+        now = time.perf_counter()
+        return min(now, busy_until["t"])  # CPU seconds: they grow at one a second while busy
 
-    def spinner(seconds):
-        probe(int(steps * seconds / _bench._SPIN_CHUNK_S))
-        ends["at"] = time.perf_counter()
+    monkeypatch.setattr(_bench, "_others_cpu", others_cpu)
+
+    class Clocks:  # what _settle asks of a ThreadClocks before it reads the clocks
+        exact = True
 
     # quiet process: about the pause alone
-    clocks = ThreadClocks()
-    if not clocks.exact:
-        pytest.skip("no per-thread CPU clocks here (not Linux): _settle cannot see other threads")
     t0 = time.perf_counter()
-    waited = _bench._settle(0.005, 1, clocks)
+    waited = _bench._settle(0.005, 1, Clocks())
     assert waited < 0.05 and time.perf_counter() - t0 >= 0.005
 
     # a thread that spins 80 ms more: waited for, not past it by much
-    th = threading.Thread(target=spinner, args=(0.08,))
-    th.start()
-    clocks.refresh()
-    waited = _bench._settle(0.005, 1, clocks)
-    th.join()
-    assert time.perf_counter() >= ends.pop("at") and 0.04 < waited < 0.3
+    busy_until["t"] = time.perf_counter() + 0.08
+    waited = _bench._settle(0.005, 1, Clocks())
+    assert time.perf_counter() >= busy_until["t"] and 0.04 < waited < 0.3
 
     # one that outlasts the cap: the cap
-    th = threading.Thread(target=spinner, args=(0.6,))
-    th.start()
-    clocks.refresh()
-    waited = _bench._settle(0.005, 2, clocks)
-    assert "at" not in ends or ends["at"] > time.perf_counter()  # still spinning when it gave up
-    th.join()
+    busy_until["t"] = time.perf_counter() + 0.6
+    waited = _bench._settle(0.005, 2, Clocks())
+    assert busy_until["t"] > time.perf_counter()  # still spinning when it gave up
     assert 0.29 <= waited < 0.45
+    assert _bench._quiet_wait_capped(waited)
 
 
 def test_last_level_cache_skips_entries_without_a_size(tmp_path):
