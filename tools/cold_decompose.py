@@ -3,9 +3,10 @@ pause and back to back, in one process.
 
     python tools/cold_decompose.py [--ctx 2048] [--threads 1] [--pause-ms 5] [--rounds 150]
 
-The bench's cold rows (qsdpa._bench.run_case) time each call after a busy pause (_settle) on the
-next of the layers whose caches span twice the LLC, and divide by the floor: a plain read of as many
-bytes, also after the pause (FloorReads). This times, interleaved round by round on the bench's own
+The bench's cold rows (qsdpa._bench.run_case) time each call after its pause (_settle: a wait until
+the process's thread pools stop spinning, then busy cores) on the next of the layers whose caches
+span twice the LLC, and divide by the floor: a plain read of as many bytes, also after the pause
+(FloorReads). This times, interleaved round by round on the bench's own
 inputs (_Inputs: 2 MiB pages, one allocation per layer):
   qsdpa hot   the same layer every call       qsdpa cold  the next layer every call
   floor       the read probe on the next of the floor's buffers
@@ -15,11 +16,14 @@ leave of the memory time unhidden; pause - b2b, what the pause costs (on a VM wh
 empty the caches meanwhile, it is paid by hot calls too).
 
 On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), medians in us (hot pause / hot b2b / cold pause /
-cold b2b / floor pause / floor b2b): 2048 keys, 1 thread 517 / 394 / 527 / 455 / 215 / 167;
-2 threads 362 / 286 / 385 / 304 / 140 / 115; 8192 keys, 1 thread 1525 / 1425 / 1682 / 1631 /
-667 / 628; 2 threads 998 / 906 / 1150 / 1072 / 558 / 551. Even hot and back to back a qsdpa
-call took 1.8x the floor after the pause (2048 keys) and 2.1x (8192) at 1 thread, 2.0x and 1.6x at
-2: to meet the issue's 1.5x, a cold call after the pause would have to beat that.
+cold b2b / floor pause / floor b2b): 1 thread, 2048 keys 517 / 394 / 527 / 455 / 215 / 167 and
+428 / 337 / 405 / 355 / 167 / 143; 8192 keys 1525 / 1425 / 1682 / 1631 / 667 / 628 and
+1533 / 1453 / 1532 / 1500 / 625 / 624. 2 threads: 2048 keys 328 / 201 / 319 / 243 / 147 / 121 and
+398 / 287 / 389 / 319 / 171 / 139; 8192 keys 1023 / 867 / 1005 / 894 / 557 / 526. At 1 thread
+even a hot call back to back took 1.8-2.3x the floor after the pause: to meet the issue's 1.5x a
+cold call after the pause would have to beat it. At 2 threads the hot call back to back was
+1.4-1.7x (2048 keys) and 1.6x (8192), at the limit; what the cold call adds after the pause
+(100-140 us) is what puts it at 2.2x and 1.8x.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import time
 import numpy as np
 
 from qsdpa import _bench
-from qsdpa._bench import Case, FloorReads, _Inputs, _qsdpa_call, _settle
+from qsdpa._bench import SETTLE_S, Case, FloorReads, ThreadClocks, _Inputs, _qsdpa_call, _settle
 from qsdpa._threads import set_num_threads
 
 
@@ -38,7 +42,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ctx", type=int, default=2048, help="cached tokens (llama3-8b decode)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--pause-ms", type=float, default=5.0, help="busy pause before each 'pause' call")
+    ap.add_argument("--pause-ms", type=float, default=SETTLE_S * 1e3, help="busy pause before each 'pause' call")
     ap.add_argument("--rounds", type=int, default=150)
     args = ap.parse_args(argv)
 
@@ -55,13 +59,15 @@ def main(argv=None) -> int:
     turn = {name: 0 for name in calls}
     for fn, _ in calls.values():
         fn(0)
+    clocks = ThreadClocks()
     for _ in range(args.rounds):
         for name, (fn, layers) in calls.items():
             for mode in ("pause", "b2b"):
                 layer = turn[name] % layers
                 turn[name] += 1
-                if mode == "pause":
-                    _settle(args.pause_ms * 1e-3, args.threads)
+                if mode == "pause":  # as the bench pauses: a wait for spinning pools, then busy cores
+                    clocks.refresh()
+                    _settle(args.pause_ms * 1e-3, args.threads, clocks)
                 t0 = time.perf_counter()
                 fn(layer)
                 times[(name, mode)].append(time.perf_counter() - t0)
