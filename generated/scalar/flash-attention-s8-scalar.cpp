@@ -34,6 +34,7 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 #include <limits>
 
 #include "attention.h"
+#include "call_trace.h"
 #include "scalar/simd-scalar.h"
 
 void qsdpa_qk_gemm_f32s8__scalar(size_t m, size_t n, size_t k, const float* a, size_t lda,
@@ -1008,17 +1009,25 @@ void qsdpa_flash_attention_s8__scalar(const qsdpa::AttentionArgs& args, const qs
   unsigned char* partials = scratch + layout.partials_off;
   const int threads = static_cast<int>(plan.threads);
   if (threads == 1) {  // no parallel region: libgomp allocates a team for every 1-thread region
+    QSDPA_TRACE_THREAD(kTraceThreadStart, 0);
     for (size_t item = 0; item < plan.items; ++item) run_item(args, plan, layout, scratch, partials, item);
+    QSDPA_TRACE_THREAD(kTraceItemsEnd, 0);
     for (size_t g = 0; plan.kv_splits > 1 && g < plan.items / plan.kv_splits; ++g)
       merge_item(args, plan, layout, partials, g);
+    QSDPA_TRACE_THREAD(kTraceThreadEnd, 0);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
-    unsigned char* slice = scratch + layout.slice_bytes * static_cast<size_t>(omp_get_thread_num());
-#pragma omp for schedule(dynamic, 1)
+    const int thread = omp_get_thread_num();
+    QSDPA_TRACE_THREAD(kTraceThreadStart, thread);
+    unsigned char* slice = scratch + layout.slice_bytes * static_cast<size_t>(thread);
+    // nowait and a barrier of its own: the same wait, with room for a stamp before it.
+#pragma omp for schedule(dynamic, 1) nowait
     for (long long item = 0; item < static_cast<long long>(plan.items); ++item)
       run_item(args, plan, layout, slice, partials, static_cast<size_t>(item));
+    QSDPA_TRACE_THREAD(kTraceItemsEnd, thread);
+#pragma omp barrier
     if (plan.kv_splits > 1) {
       // Fewer groups than threads (decode at B = 1 is one group): each group's rows are shared out.
       const size_t groups = plan.items / plan.kv_splits;
@@ -1028,5 +1037,6 @@ void qsdpa_flash_attention_s8__scalar(const qsdpa::AttentionArgs& args, const qs
       for (long long i = 0; i < parts; ++i)
         merge_item(args, plan, layout, partials, static_cast<size_t>(i) / chunks, static_cast<size_t>(i) % chunks, chunks);
     }
+    QSDPA_TRACE_THREAD(kTraceThreadEnd, thread);
   }
 }

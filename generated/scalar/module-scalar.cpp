@@ -13,6 +13,7 @@
 #include "array_checks.h"
 #include "attention.h"
 #include "attention_binding.h"
+#include "call_trace.h"
 #include "qsdpa_types.h"
 #define QSDPA_ARENA_OWNER 1
 #include "scratch_arena.h"
@@ -236,7 +237,20 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   "c: float32 [m, n], written in place. Returns c.");
   // Positional only, through py::args: pybind11 keeps up to 6 parameters' handles inline and
   // heap-allocates beyond that, on every call; one tuple argument keeps the decode path allocation-free.
+#ifdef QSDPA_TRACE
+  // tools/call_timeline.py: the last call's stamps (0: not reached), and the clock they count.
+  mod.def("_trace", []() {
+    py::list stamps;
+    for (uint64_t t : qsdpa::g_trace) stamps.append(t);
+    return stamps;
+  });
+  mod.def("_trace_clock", []() { return qsdpa::trace_clock(); });
+#endif
   mod.def("quantized_sdpa", [](const py::args& a) {
+#ifdef QSDPA_TRACE
+    for (uint64_t& t : qsdpa::g_trace) t = 0;
+    QSDPA_TRACE_STAMP(kTraceEntry);
+#endif
     if (a.size() != 16 && a.size() != 17)
       throw py::type_error("quantized_sdpa takes 16 or 17 positional arguments (query, q_scales, q_zero_points, key, "
                            "k_scales, k_zero_points, value, v_scales, v_zero_points, attn_mask, start_pos, is_causal, "
@@ -260,7 +274,9 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
       py::gil_scoped_release nogil;
       qsdpa::ArenaLease lease(g_arena, layout.total_bytes);
       got_memory = lease.ok();
+      QSDPA_TRACE_STAMP(kTraceReady);
       if (got_memory) qsdpa_flash_attention_s8__scalar(A, plan, layout, lease.data());
+      QSDPA_TRACE_STAMP(kTraceKernelEnd);
     }
     if (!got_memory) throw std::bad_alloc();
     return py::reinterpret_borrow<py::object>(out);
