@@ -1,5 +1,5 @@
 // Would integer dots pay for decode's P.V? One 64-key block of one KV head (4 query rows, D 128,
-// int8 V rows contiguous), hot in L1, computed three ways:
+// int8 V rows contiguous), hot in L1, computed five ways:
 //   fma   the avx512 kernels' scheme: each V row widened to fp32 (vpmovsxbd, vcvtdq2ps) and 4 rows
 //         of fp32 weights FMAed into it; 32 FMAs per key
 //   u8x3  each row's weights as 24-bit integers relative to the row's largest (error under 2^-25
@@ -11,8 +11,13 @@
 //   u8x2  the same with 16-bit weights (16 vpdpbusd per key): a bound only, its error (2^-17 of
 //         the row's largest weight per key, 1.8e-5 of the largest output in this peaked block,
 //         growing with the keys) is beyond the fp32 result the kernels keep to
-// The integer dots are checked exactly against a scalar reference, and all three results against
-// a float64 one (error over the largest output, printed first).
+//   magic the fma scheme with V converted without vcvtdq2ps: zero-extended bytes xor 0x4B000080
+//         are the floats 2^23 + 128 + v, one subtraction leaves v exactly (the same bits as fma)
+//   f32v  the fma scheme on V stored as fp32 (a load, no widening or conversion): the bound of any
+//         fp32 P.V on this block, not a scheme (V is int8)
+// The integer dots are checked exactly against a scalar reference, the magic and f32v results bit
+// for bit against fma's, and fma, u8x3 and u8x2 against a float64 one (error over the largest
+// output, printed first).
 //
 //   g++ -O3 -mavx512f -mavx512bw -mavx512vl -mavx512vnni tools/pv_dot_probe.cpp -o /tmp/pv_dot
 //   /tmp/pv_dot [blocks=200000]
@@ -25,7 +30,10 @@
 // about one a cycle (3.2 and 3.4 G/s in a register-only loop), ns per key, three runs: fma
 // 10.3-10.6; u8x3 10.9-11.1 complete (dots alone 7.9-8.0, the transpose 1.4-1.6; errors: fma
 // 2.8e-7, u8x3 1.7e-7); u8x2 7.8-8.4 (error 1.8e-5). So with fp32 accuracy kept, integer dots
-// are 5% slower than the FMAs for P.V on that core, and the kernels keep one P.V scheme.
+// are 5% slower than the FMAs for P.V on that core, and the kernels keep one P.V scheme. Three
+// runs later that day (100000 blocks): fma 9.80-10.14, u8x3 9.87-10.04 (a tie), magic 10.84-10.95,
+// f32v 8.96-9.25: widening and converting V costs the FMA loop 0.7-0.9 ns a key (~8%); doing it with
+// integer operations and a subtraction instead costs more.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -34,6 +42,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -58,24 +67,42 @@ alignas(64) uint32_t g_wp[3][kRows][kGroups];       // byte planes, 4 keys a dwo
 alignas(64) int32_t g_dots[3][kRows][kDim];         // per plane, column order of g_vt's lanes
 float g_wscale[kRows];
 
-__attribute__((noinline)) void pv_fma() {
+alignas(64) float g_vf[kBlock][kDim];  // g_v as fp32: the f32v bound's V
+alignas(64) float g_out_var[kRows][kDim];
+
+// 16 V values of a row as fp32, three ways (kWiden: the kernels'; kMagic: zero-extended bytes with
+// 0x4B000080 xored in are the floats 2^23 + 128 + v, and one subtraction leaves v exactly, so no
+// int -> float conversion; kFloat: V stored as fp32, only a load: the FMA loop's bound).
+enum Widen { kWiden, kMagic, kFloat };
+template <Widen W>
+inline __m512 v16(int k, int c) {
+  if (W == kFloat) return _mm512_load_ps(&g_vf[k][c]);
+  const __m128i b = _mm_load_si128(reinterpret_cast<const __m128i*>(&g_v[k][c]));
+  if (W == kWiden) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  const __m512i u = _mm512_xor_si512(_mm512_cvtepu8_epi32(b), _mm512_set1_epi32(0x4B000080));
+  return _mm512_sub_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(8388736.0f));
+}
+
+template <Widen W>
+__attribute__((noinline)) void pv_fma_with(float (*out)[kDim]) {
   for (int c0 = 0; c0 < kDim; c0 += 64) {
     __m512 t[kRows][4];
     for (auto& r : t)
       for (auto& x : r) x = _mm512_setzero_ps();
     for (int k = 0; k < kBlock; ++k) {
       __m512 v[4];
-      for (int i = 0; i < 4; ++i)
-        v[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(&g_v[k][c0 + 16 * i]))));
+      for (int i = 0; i < 4; ++i) v[i] = v16<W>(k, c0 + 16 * i);
       for (int r = 0; r < kRows; ++r) {
         const __m512 w = _mm512_set1_ps(g_w[r][k]);
         for (int i = 0; i < 4; ++i) t[r][i] = _mm512_fmadd_ps(w, v[i], t[r][i]);
       }
     }
     for (int r = 0; r < kRows; ++r)
-      for (int i = 0; i < 4; ++i) _mm512_store_ps(&g_out_fma[r][c0 + 16 * i], t[r][i]);
+      for (int i = 0; i < 4; ++i) _mm512_store_ps(&out[r][c0 + 16 * i], t[r][i]);
   }
 }
+
+void pv_fma() { pv_fma_with<kWiden>(g_out_fma); }
 
 // Weights -> `pieces` byte planes of round(w / max * (2^(8 pieces) - 1)), 4 keys a dword.
 __attribute__((noinline)) void split_weights(int pieces) {
@@ -196,6 +223,8 @@ int main(int argc, char** argv) {
   std::srand(1);
   for (auto& row : g_v)
     for (auto& x : row) x = static_cast<int8_t>(std::rand() % 256 - 128);
+  for (int k = 0; k < kBlock; ++k)
+    for (int d = 0; d < kDim; ++d) g_vf[k][d] = g_v[k][d];
   for (auto& row : g_w)  // a peaked row: one large weight, the rest small (softmax-like)
     for (int k = 0; k < kBlock; ++k) row[k] = k == 7 ? 1.0f : std::exp(-8.0f * std::rand() / RAND_MAX);
 
@@ -216,6 +245,14 @@ int main(int argc, char** argv) {
           }
         }
   pv_fma();
+  for (Widen w : {kMagic, kFloat}) {  // the same values in the same order: the same bits
+    if (w == kMagic) pv_fma_with<kMagic>(g_out_var);
+    else pv_fma_with<kFloat>(g_out_var);
+    if (std::memcmp(g_out_var, g_out_fma, sizeof g_out_var) != 0) {
+      std::printf("%s P.V differs from fma\n", w == kMagic ? "magic" : "f32v");
+      return 1;
+    }
+  }
   epilogue<3>();
   unpermute();
   std::printf("error / largest |ref|: fma %.2e, u8x3 %.2e", rel_error(g_out_fma), rel_error(g_out_u8));
@@ -224,7 +261,7 @@ int main(int argc, char** argv) {
   std::printf(", u8x2 %.2e\n", rel_error(g_out_u8));
 
   const int reps = 7;
-  std::vector<double> t_fma, t_u8x3, t_dots3, t_tr, t_u8x2;
+  std::vector<double> t_fma, t_u8x3, t_dots3, t_tr, t_u8x2, t_magic, t_f32v;
   auto per_key = [&](double seconds) { return seconds / (static_cast<double>(blocks) * kBlock) * 1e9; };
   for (int rep = 0; rep < reps; ++rep) {
     double t0 = now();
@@ -238,6 +275,12 @@ int main(int argc, char** argv) {
     double t4 = now();
     for (long i = 0; i < blocks; ++i) pv_u8<2>();
     double t5 = now();
+    for (long i = 0; i < blocks; ++i) pv_fma_with<kMagic>(g_out_var);
+    double t6 = now();
+    for (long i = 0; i < blocks; ++i) pv_fma_with<kFloat>(g_out_var);
+    double t7 = now();
+    t_magic.push_back(per_key(t6 - t5));
+    t_f32v.push_back(per_key(t7 - t6));
     t_fma.push_back(per_key(t1 - t0));
     t_u8x3.push_back(per_key(t2 - t1));
     t_dots3.push_back(per_key(t3 - t2));
@@ -245,7 +288,8 @@ int main(int argc, char** argv) {
     t_u8x2.push_back(per_key(t5 - t4));
   }
   std::printf("ns per key (one KV head, %d rows, D %d), median of %d: fma %.2f | u8x3 %.2f (dots alone %.2f, "
-              "transpose %.2f) | u8x2 %.2f\n",
-              kRows, kDim, reps, median(t_fma), median(t_u8x3), median(t_dots3), median(t_tr), median(t_u8x2));
+              "transpose %.2f) | u8x2 %.2f | magic %.2f | f32v %.2f\n",
+              kRows, kDim, reps, median(t_fma), median(t_u8x3), median(t_dots3), median(t_tr), median(t_u8x2),
+              median(t_magic), median(t_f32v));
   return 0;
 }
