@@ -79,7 +79,8 @@ def timeline(module, call, layers: int, threads: int, pause: bool, rounds: int, 
             row[f"thread {th} started"] = us(t[START + th])
         for th in range(threads):
             row[f"thread {th} items done"] = us(t[ITEMS_END + th])
-        row["merge done"] = max(us(t[THREAD_END + th]) for th in range(threads))
+        ends_merge = [us(t[THREAD_END + th]) for th in range(threads)]
+        row["merge done"] = math.nan if any(map(math.isnan, ends_merge)) else max(ends_merge)
         row["kernel returned"] = us(t[KERNEL_END])
         row["back in Python"] = us(p1)
         starts = [row[f"thread {th} started"] for th in range(threads)]

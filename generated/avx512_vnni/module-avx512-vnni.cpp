@@ -233,8 +233,6 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   }, py::arg("a"), py::arg("b"), py::arg("b_scales"), py::arg("b_zero_points"), py::arg("c"), py::arg("alpha") = 1.0,
   "C[m,n] = alpha * A[m,k] @ dequant(B[n,k]).T; fp32 A.\n\na: float32 [m, k]; b: int8 [n, k]; b_scales: float32 [n]; b_zero_points: int8 [n];\n"
   "c: float32 [m, n], written in place. Returns c.");
-  // Positional only, through py::args: pybind11 keeps up to 6 parameters' handles inline and
-  // heap-allocates beyond that, on every call; one tuple argument keeps the decode path allocation-free.
 #ifdef QSDPA_TRACE
   // tools/call_timeline.py: the last call's stamps (0: not reached), and the clock they count.
   mod.def("_trace", []() {
@@ -244,6 +242,8 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   });
   mod.def("_trace_clock", []() { return qsdpa::trace_clock(); });
 #endif
+  // Positional only, through py::args: pybind11 keeps up to 6 parameters' handles inline and
+  // heap-allocates beyond that, on every call; one tuple argument keeps the decode path allocation-free.
   mod.def("quantized_sdpa", [](const py::args& a) {
 #ifdef QSDPA_TRACE
     for (uint64_t& t : qsdpa::g_trace) t = 0;
