@@ -87,3 +87,38 @@ def test_fast_path_errors_leave_out_untouched():
     with pytest.raises(ValueError, match="start_pos"):
         _call(kw, out=out)
     assert (out == 123.0).all()
+
+
+def _low_level_args(kw, out):
+    return [kw["query"], kw["q_scales"], kw["q_zero_points"], kw["key"], kw["k_scales"], kw["k_zero_points"],
+            kw["value"], kw["v_scales"], kw["v_zero_points"], None, kw["start_pos"], True, D ** -0.5, False, out, 1]
+
+
+def test_low_level_entry_errors_are_python_exceptions(kmod):
+    # Each variant's quantized_sdpa is a plain CPython function that translates C++ exceptions itself
+    # (csrc/python_errors.h), not through pybind11's dispatcher: each kind must still arrive as the
+    # Python exception it names, with out untouched.
+    kw = _case()
+    out = np.full((B, 1, HQ, D), 7.0, np.float32)
+    args = _low_level_args(kw, out)
+    assert kmod.quantized_sdpa(*args) is out
+    np.testing.assert_allclose(out, _call(kw), rtol=1e-5, atol=1e-6)  # the dispatched variant's, up to fp order
+    out[...] = 7.0
+    with pytest.raises(TypeError, match="16 or 17 positional arguments"):
+        kmod.quantized_sdpa(*args[:15])
+    with pytest.raises(TypeError, match="keyword"):
+        kmod.quantized_sdpa(*args, force_splits=0)
+    bad_dtype = list(args)
+    bad_dtype[3] = kw["key"].astype(np.int16)
+    with pytest.raises(TypeError, match="key must have dtype int8"):
+        kmod.quantized_sdpa(*bad_dtype)
+    bad_start = list(args)
+    bad_start[10] = 10 * S
+    with pytest.raises(ValueError, match="start_pos"):
+        kmod.quantized_sdpa(*bad_start)
+    bad_threads = args[:15] + [0]
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        kmod.quantized_sdpa(*bad_threads)
+    with pytest.raises(RuntimeError):  # pybind11's cast_error, as its dispatcher reports it
+        kmod.quantized_sdpa(*(args[:10] + ["not an int"] + args[11:]))
+    np.testing.assert_array_equal(out, 7.0)

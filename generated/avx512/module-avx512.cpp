@@ -14,6 +14,7 @@
 #include "attention.h"
 #include "attention_binding.h"
 #include "call_trace.h"
+#include "python_errors.h"
 #include "qsdpa_types.h"
 #include "scratch_arena.h"
 #include "avx512/simd-avx512.h"
@@ -48,6 +49,9 @@ void check_output(const Matrix<float>& c, size_t m, size_t n, std::initializer_l
     QSDPA_REQUIRE(!qsdpa::overlaps(c, in.first, in.second), "c must not overlap an input array");
 }
 
+// The process-wide scratch arena, owned by the scalar module (see csrc/scratch_arena.h).
+const qsdpa::ArenaApi* g_arena = nullptr;
+
 // The plan of one quantized_sdpa call on this variant: its registry blocking, the caller's thread
 // count. quantized_sdpa and attention_plan both take it from here, so what attention_plan reports
 // is what the kernel runs.
@@ -56,8 +60,49 @@ qsdpa::AttentionPlan attention_plan_for(const qsdpa::AttentionArgs& A, int threa
                                static_cast<size_t>(force_splits), 64);
 }
 
-// The process-wide scratch arena, owned by the scalar module (see csrc/scratch_arena.h).
-const qsdpa::ArenaApi* g_arena = nullptr;
+// The module's quantized_sdpa (registered below as a METH_FASTCALL function): 16 or 17 positional
+// arguments, the checks of parse_attention, then the kernel with the GIL released. Returns out.
+PyObject* quantized_sdpa_entry(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
+  try {
+#ifdef QSDPA_TRACE
+    for (uint64_t& t : qsdpa::g_trace) t = 0;
+    QSDPA_TRACE_STAMP(kTraceEntry);
+#endif
+    if (argc != 16 && argc != 17)
+      throw py::type_error("quantized_sdpa takes 16 or 17 positional arguments (query, q_scales, q_zero_points, key, "
+                           "k_scales, k_zero_points, value, v_scales, v_zero_points, attn_mask, start_pos, is_causal, "
+                           "scale, is_seq_at_dim_2, out, threads[, force_splits])");
+    const auto a = [argv](int i) { return py::handle(argv[i]); };
+    const py::handle q = a(0), q_scales = a(1), q_zp = a(2), key = a(3), k_scales = a(4), k_zp = a(5), value = a(6),
+                     v_scales = a(7), v_zp = a(8), mask = a(9), out = a(14);
+    const long long start_pos = a(10).cast<long long>();
+    const bool is_causal = a(11).cast<bool>(), seq_dim2 = a(13).cast<bool>();
+    const double scale = a(12).cast<double>();
+    const int threads = a(15).cast<int>(), force_splits = argc == 17 ? a(16).cast<int>() : 0;
+    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
+    QSDPA_REQUIRE(force_splits >= 0, "force_splits must be >= 0");
+    const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
+                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
+    if (!parsed.empty) {
+      const qsdpa::AttentionArgs& A = parsed.args;
+      const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
+      const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
+      bool got_memory;
+      {
+        py::gil_scoped_release nogil;
+        qsdpa::ArenaLease lease(g_arena, layout.total_bytes);
+        got_memory = lease.ok();
+        QSDPA_TRACE_STAMP(kTraceReady);
+        if (got_memory) qsdpa_flash_attention_s8__avx512(A, plan, layout, lease.data());
+        QSDPA_TRACE_STAMP(kTraceKernelEnd);
+      }
+      if (!got_memory) throw std::bad_alloc();
+    }
+    return py::reinterpret_borrow<py::object>(out).release().ptr();
+  } catch (...) {
+    return qsdpa::raise_current_exception();
+  }
+}
 
 void attach_arena(py::module_& mod) {
   std::string name = py::cast<std::string>(mod.attr("__name__"));
@@ -242,47 +287,22 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   });
   mod.def("_trace_clock", []() { return qsdpa::trace_clock(); });
 #endif
-  // Positional only, through py::args: pybind11 keeps up to 6 parameters' handles inline and
-  // heap-allocates beyond that, on every call; one tuple argument keeps the decode path allocation-free.
-  mod.def("quantized_sdpa", [](const py::args& a) {
-#ifdef QSDPA_TRACE
-    for (uint64_t& t : qsdpa::g_trace) t = 0;
-    QSDPA_TRACE_STAMP(kTraceEntry);
-#endif
-    if (a.size() != 16 && a.size() != 17)
-      throw py::type_error("quantized_sdpa takes 16 or 17 positional arguments (query, q_scales, q_zero_points, key, "
-                           "k_scales, k_zero_points, value, v_scales, v_zero_points, attn_mask, start_pos, is_causal, "
-                           "scale, is_seq_at_dim_2, out, threads[, force_splits])");
-    const py::handle q = a[0], q_scales = a[1], q_zp = a[2], key = a[3], k_scales = a[4], k_zp = a[5], value = a[6],
-                     v_scales = a[7], v_zp = a[8], mask = a[9], out = a[14];
-    const long long start_pos = a[10].cast<long long>();
-    const bool is_causal = a[11].cast<bool>(), seq_dim2 = a[13].cast<bool>();
-    const double scale = a[12].cast<double>();
-    const int threads = a[15].cast<int>(), force_splits = a.size() == 17 ? a[16].cast<int>() : 0;
-    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
-    QSDPA_REQUIRE(force_splits >= 0, "force_splits must be >= 0");
-    const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
-                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
-    if (parsed.empty) return py::reinterpret_borrow<py::object>(out);
-    const qsdpa::AttentionArgs& A = parsed.args;
-    const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
-    const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
-    bool got_memory;
-    {
-      py::gil_scoped_release nogil;
-      qsdpa::ArenaLease lease(g_arena, layout.total_bytes);
-      got_memory = lease.ok();
-      QSDPA_TRACE_STAMP(kTraceReady);
-      if (got_memory) qsdpa_flash_attention_s8__avx512(A, plan, layout, lease.data());
-      QSDPA_TRACE_STAMP(kTraceKernelEnd);
-    }
-    if (!got_memory) throw std::bad_alloc();
-    return py::reinterpret_borrow<py::object>(out);
-  },
-  "quantized_sdpa(query, q_scales, q_zero_points, key, k_scales, k_zero_points, value, v_scales, v_zero_points, "
-  "attn_mask, start_pos, is_causal, scale, is_seq_at_dim_2, out, threads, force_splits=0)\n\nsoftmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q.\n\n"
-  "Low-level entry, positional arguments only: all arrays C-contiguous, scale already resolved, out preallocated. "
-  "Use qsdpa.quantized_sdpa, which checks and prepares the arguments.");
+  // quantized_sdpa is a plain CPython function (METH_FASTCALL), not a pybind11 one: it is called
+  // once per layer and token, and after other work has emptied the caches pybind11's dispatcher
+  // (overload records, argument loaders, a tuple of the arguments) cost ~10 us a call on the Zen 4
+  // VM of docs/benchmarks.md against ~3 for this entry. Positional only, no allocation.
+  static PyMethodDef quantized_sdpa_def = {
+      "quantized_sdpa", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&quantized_sdpa_entry)),
+      METH_FASTCALL,
+      "quantized_sdpa(query, q_scales, q_zero_points, key, k_scales, k_zero_points, value, v_scales, v_zero_points, "
+      "attn_mask, start_pos, is_causal, scale, is_seq_at_dim_2, out, threads, force_splits=0)\n\nsoftmax(scale * Q.K^T + mask) . V over an int8 K/V cache, int8 or fp32 Q.\n\n"
+      "Low-level entry, positional arguments only: all arrays C-contiguous, scale already resolved, out preallocated. "
+      "Use qsdpa.quantized_sdpa, which checks and prepares the arguments."};
+  {
+    PyObject* fn = PyCFunction_NewEx(&quantized_sdpa_def, nullptr, mod.attr("__name__").ptr());
+    if (fn == nullptr) throw py::error_already_set();
+    mod.add_object("quantized_sdpa", py::reinterpret_steal<py::object>(fn));
+  }
 
   mod.def("attention_plan", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key, py::handle k_scales,
                                py::handle k_zp, py::handle value, py::handle v_scales, py::handle v_zp, py::handle mask,
