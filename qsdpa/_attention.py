@@ -12,6 +12,10 @@ bool, float, None), no mask. It checks what it needs itself and hands the arrays
 C++ rejects a non-C-contiguous array with a ValueError before writing anything, and any ValueError
 sends the call down the complete path (_prepare, which copies such arrays), which then either runs or
 raises exactly the error it always raised. Every other call takes the complete path directly.
+
+The fast path exists twice: in _quantized_sdpa_py below, and in C (csrc/public_entry.cpp, the
+function `quantized_sdpa` here is), which makes the same checks for the call with out= and passes
+every other call to _quantized_sdpa_py. tests/test_attention_fastpath.py holds them to each other.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from typing import Optional, TypeVar
 
 import numpy as np
 
-from . import _dispatch, _interop, _threads
+from . import _dispatch, _entry, _interop, _threads
 from ._args import as_int
 from ._interop import Array
 from ._threads import get_num_threads
@@ -51,7 +55,7 @@ def _as_bool(name: str, x) -> bool:
     return bool(x)
 
 
-def quantized_sdpa(query: ArrayT, key: Array, value: Array, start_pos: int, attn_mask: Optional[Array] = None,
+def _quantized_sdpa_py(query: ArrayT, key: Array, value: Array, start_pos: int, attn_mask: Optional[Array] = None,
                    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
                    q_zero_points: Optional[Array] = None, q_scales: Optional[Array] = None,
                    k_zero_points: Optional[Array] = None, k_scales: Optional[Array] = None,
@@ -116,6 +120,13 @@ def quantized_sdpa(query: ArrayT, key: Array, value: Array, start_pos: int, attn
                 # e.g. a non-contiguous input, or a start_pos beyond int64 (pybind11's cast error is a
                 # RuntimeError): nothing was written; the complete path copies or raises its own error
                 pass
+    return _complete_path(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
+                          k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
+
+
+def _complete_path(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
+                   k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out):
+    """Every check and conversion, then the kernel: the calls the fast path does not take or hands back."""
     prepared = _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points,
                         q_scales, k_zero_points, k_scales, v_zero_points, v_scales, is_seq_at_dim_2, out)
     result = _run(_dispatch.selection().module, *prepared)
@@ -180,3 +191,13 @@ def _run(module, arr, start: int, causal: bool, scale_value: float, seq_dim2: bo
                           arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], arr["attn_mask"],
                           start, causal, scale_value, seq_dim2, result, get_num_threads(), force_splits)
     return result
+
+
+# What `qsdpa.quantized_sdpa` is: csrc/public_entry.cpp makes the fast path's checks at the C level
+# (after other work has emptied the caches, the interpreter took ~20 us over them) and hands every
+# other call to _quantized_sdpa_py above, every refused one to _complete_path. Same signature and doc.
+_SIGNATURE = ("quantized_sdpa(query, key, value, start_pos, attn_mask=None, dropout_p=0.0, is_causal=False, "
+              "scale=None, q_zero_points=None, q_scales=None, k_zero_points=None, k_scales=None, v_zero_points=None, "
+              "v_scales=None, is_seq_at_dim_2=False, *, out=None)\n--\n\n")
+quantized_sdpa = _entry.make_entry(_SIGNATURE + (_quantized_sdpa_py.__doc__ or ""), _quantized_sdpa_py, _complete_path,
+                                   _dispatch, _threads)

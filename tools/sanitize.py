@@ -57,7 +57,10 @@ def build(build_dir: pathlib.Path, sanitizers: str) -> List[pathlib.Path]:
     mods = sorted(build_dir.glob(f"_kernels_*{suffix}"))
     if not mods:
         raise SystemExit(f"no _kernels_*{suffix} in {build_dir}")
-    return mods
+    entry = build_dir / f"_entry{suffix}"  # qsdpa.quantized_sdpa's C level (csrc/public_entry.cpp)
+    if not entry.exists():
+        raise SystemExit(f"no {entry.name} in {build_dir}")
+    return mods + [entry]
 
 
 def undefined_symbols(lib: pathlib.Path) -> str:
@@ -136,7 +139,7 @@ def collect_reports(reports: pathlib.Path) -> List[str]:
     bad = []
     for f in sorted(reports.glob("report*")):
         text = f.read_text(errors="replace")
-        if any(m in text for m in REPORT_MARKERS) or "_kernels_" in text:
+        if any(m in text for m in REPORT_MARKERS) or "_kernels_" in text or "qsdpa/_entry" in text:
             bad.append(f"{f}:\n{text}")
     return bad
 
