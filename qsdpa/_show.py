@@ -10,7 +10,7 @@ import platform
 import sys
 from typing import List, Optional, TextIO
 
-from . import _dispatch
+from . import _dispatch, _entry
 from ._version import __version__
 
 
@@ -101,6 +101,9 @@ def runtime_report() -> str:
                      f"{pf['k_during_qk_eighths']}/8 of its K during Q.K^T")
     else:
         lines.append(f"selected: none -- {error}")
+    n = _entry.counts()
+    lines.append(f"quantized_sdpa calls so far: {n['fast']} checked and run at the C level, {n['delegated']} by the "
+                 f"Python function, {n['refused']} refused by the variant and run by the complete path")
     omp = "n/a" if p.omp_max_threads is None else str(p.omp_max_threads)
     built_with = f"OpenMP {p.openmp}" if p.openmp else "without OpenMP"
     lines.append(f"threads: OpenMP max threads {omp} (kernels built {built_with}), "
