@@ -43,6 +43,10 @@ struct AttentionArgs {
   Strides3 mask;            // (batch, head, query row); keys contiguous; 0 strides broadcast
   float* out;
   Strides3 o;
+  // nullptr: every K/V scale was checked before the call. Otherwise the kernel checks each block's
+  // scales as it gathers them (kernel_checks_kv_scales), stops at a bad one, sets *kv_scale_fault
+  // and leaves `out` unwritten; the caller then names the bad scale.
+  int* kv_scale_fault;
 };
 
 // Per-call work decomposition, chosen by plan_attention() from the shape and the thread count.
@@ -203,6 +207,19 @@ inline size_t split_first_key(size_t n, size_t splits, size_t threads, size_t s)
   const size_t rest = n - big * big_keys;
   const size_t first = big * big_keys + (rest * (s - big) / small + 8) / 16 * 16;
   return first < n ? first : n;
+}
+
+// Whether the kernel can check the K/V scales itself, in its qparam gather, instead of a serial
+// pass over them before the threads start (512 KiB of scales at 8192 keys, 20-40 us of an ~800 us
+// 2-thread llama3-8b decode call). Two conditions: `out` is written only once every item is done
+// (a KV split plan writes it in the merge after the barrier; a single item writes it at its end),
+// and the items read the scales of every key the serial check would, [0, n_keys): they do unless
+// causal rows end before n_keys, which only a mask (n_keys = kv_len) allows; the binding refuses
+// a mask with is_causal, so this second condition guards the kernel's contract, not a real call.
+inline bool kernel_checks_kv_scales(const AttentionArgs& A, const AttentionPlan& P) {
+  const bool writes_after_all = P.kv_splits > 1 || P.items == 1;
+  const bool reads_every_key = !A.causal || A.start_pos + A.q_len >= A.n_keys;
+  return writes_after_all && reads_every_key;
 }
 
 // The scratch layout of one call with this plan.

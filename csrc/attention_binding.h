@@ -115,12 +115,24 @@ inline void check_scales(const QParams& qp, const Dims& d, size_t n_tokens, cons
 struct ParsedAttention {
   AttentionArgs args;
   bool empty;
+  // What check_kv_scales needs when parse_attention was asked to leave the K/V scales to later.
+  QParams qk, qv;
+  Dims dk, dv;
 };
+
+// The K/V scale check parse_attention defers (defer_kv_scales): before the call when the kernel
+// cannot make it (kernel_checks_kv_scales), or after a call whose kernel found a bad scale, to
+// name it.
+inline void check_kv_scales(const ParsedAttention& r) {
+  if (r.empty) return;
+  check_scales(r.qk, r.dk, r.args.n_keys, "k_scales");
+  check_scales(r.qv, r.dv, r.args.n_keys, "v_scales");
+}
 
 inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::handle q_zp_, py::handle k_,
                                        py::handle k_scales_, py::handle k_zp_, py::handle v_, py::handle v_scales_,
                                        py::handle v_zp_, py::handle mask_, long long start_pos, bool is_causal,
-                                       double scale, bool seq_dim2, py::handle out_) {
+                                       double scale, bool seq_dim2, py::handle out_, bool defer_kv_scales = false) {
   ParsedAttention r{};
   AttentionArgs& A = r.args;
   const bool float_query = is_dtype(q_, 'f', 4);
@@ -256,11 +268,10 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
     QSDPA_REQUIRE(!overlaps(out_span, m, mbytes), "out must not overlap an input array");
   }
 
-  if (!r.empty) {
-    if (!float_query) check_scales(qq, dq, dq.s, "q_scales");
-    check_scales(qk, dk, A.n_keys, "k_scales");
-    check_scales(qv, dv, A.n_keys, "v_scales");
-  }
+  A.kv_scale_fault = nullptr;
+  r.qk = qk, r.qv = qv, r.dk = dk, r.dv = dv;
+  if (!r.empty && !float_query) check_scales(qq, dq, dq.s, "q_scales");
+  if (!defer_kv_scales) check_kv_scales(r);
   return r;
 }
 

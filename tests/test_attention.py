@@ -177,6 +177,57 @@ def test_every_scale_read_is_checked(kmod, seq_dim2, bad):
             assert (out == 7.0).all()
 
 
+def _call_with_plan(kmod, case, start_pos, out, threads, force_splits, mask=None, is_causal=False):
+    """One call of the variant at an explicit thread count and split count; returns its plan."""
+    arr, start, causal, scale, seq_dim2, out = _attention._prepare(
+        case.query, case.key, case.value, start_pos, mask, 0.0, is_causal, None, case.q_zero_points, case.q_scales,
+        case.k_zero_points, case.k_scales, case.v_zero_points, case.v_scales, case.seq_dim2, out)
+    args = (arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"], arr["k_zero_points"],
+            arr["value"], arr["v_scales"], arr["v_zero_points"], arr["attn_mask"], start, causal, scale, seq_dim2, out)
+    plan = kmod.attention_plan(*args, threads, force_splits)
+    return plan, lambda: kmod.quantized_sdpa(*args, threads, force_splits)
+
+
+# (batch, threads, force_splits) -> whether the kernel checks the K/V scales in its gather, for a
+# [B, S, H, D] cache (one item takes both KV heads) and a [B, H, S, D] one (an item per KV head).
+SCALE_CHECK_PLANS = {
+    "before-call": ((2, 1, 0), (False, False)),  # items write `out` as they finish: checked before the call
+    "one-item": ((1, 1, 0), (True, False)),      # one item writes `out` at its end
+    "kv-splits": ((1, 2, 0), (True, True)),      # flash-decoding: `out` written in the merge after the barrier
+    "kv-splits-1t": ((1, 1, 5), (True, True)),   # the same on one thread
+    "batch-splits": ((2, 2, 3), (True, True)),
+}
+
+
+@pytest.mark.parametrize("seq_dim2", [False, True], ids=["bshd", "bhsd"])
+@pytest.mark.parametrize("where", sorted(SCALE_CHECK_PLANS))
+def test_bad_scale_stops_every_plan_with_nothing_written(kmod, where, seq_dim2):
+    """Whether the K/V scales are checked before the call or by the kernel as it gathers each
+    block's qparams (decode plans that write `out` only once every item is done), a bad scale
+    anywhere in the range read is the same ValueError naming it, and `out` stays untouched."""
+    (batch, threads, splits), expected = SCALE_CHECK_PLANS[where]
+    in_kernel = expected[seq_dim2]
+    start = 600  # decode: keys [0, 601) are read, in 64-key (bshd) or 256-key (bhsd) blocks
+    for name in ("k_scales", "v_scales"):
+        for bad in (np.nan, -np.inf, 0.0):
+            for b, h, pos in [(0, 0, 0), (batch - 1, 1, 300), (batch - 1, 0, start), (0, 1, 63)]:
+                case = make_case(_rng("scale-plan", seq_dim2), batch, 4, 2, 1, 610, 16, seq_dim2=seq_dim2)
+                getattr(case, name)[(b, h, pos, 0) if seq_dim2 else (b, pos, h, 0)] = bad
+                out = np.full(case.query.shape, 7.0, np.float32)
+                plan, call = _call_with_plan(kmod, case, start, out, threads, splits)
+                assert plan["kernel_checks_kv_scales"] is in_kernel, plan
+                with pytest.raises(ValueError, match=f"{name} must be finite and > 0.* at batch {b}, head {h}, position {pos}$"):
+                    call()
+                assert (out == 7.0).all()
+    # The same plans with good scales give the reference's result.
+    case = make_case(_rng("scale-plan-ok", seq_dim2), batch, 4, 2, 1, 610, 16, seq_dim2=seq_dim2)
+    out = np.full(case.query.shape, 7.0, np.float32)
+    _, call = _call_with_plan(kmod, case, start, out, threads, splits)
+    call()
+    ratio = error_over_tolerance(case, out, case.reference(start, None, False, None))
+    assert (ratio <= 1).all()
+
+
 def test_scale_argument(kmod):
     case = make_case(_rng("scale"), 1, 4, 4, 3, 40, 64)
     check(kmod, case, 30, scale=0.3)

@@ -82,11 +82,14 @@ PyObject* quantized_sdpa_entry(PyObject*, PyObject* const* argv, Py_ssize_t argc
     QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
     QSDPA_REQUIRE(force_splits >= 0, "force_splits must be >= 0");
     const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
-                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
+                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out, true);
     if (!parsed.empty) {
-      const qsdpa::AttentionArgs& A = parsed.args;
+      qsdpa::AttentionArgs A = parsed.args;
       const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
       const qsdpa::ScratchLayout layout = qsdpa::plan_scratch_layout(plan, A);
+      int kv_scale_fault = 0;
+      if (qsdpa::kernel_checks_kv_scales(A, plan)) A.kv_scale_fault = &kv_scale_fault;
+      else qsdpa::check_kv_scales(parsed);
       bool got_memory;
       {
         py::gil_scoped_release nogil;
@@ -97,6 +100,10 @@ PyObject* quantized_sdpa_entry(PyObject*, PyObject* const* argv, Py_ssize_t argc
         QSDPA_TRACE_STAMP(kTraceKernelEnd);
       }
       if (!got_memory) throw std::bad_alloc();
+      if (kv_scale_fault) {  // out unwritten; name the bad scale
+        qsdpa::check_kv_scales(parsed);
+        throw py::value_error("k_scales and v_scales must be finite and > 0 (a scale changed during the call)");
+      }
     }
     return py::reinterpret_borrow<py::object>(out).release().ptr();
   } catch (...) {
@@ -309,11 +316,13 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
                                long long start_pos, bool is_causal, double scale, bool seq_dim2, py::handle out,
                                int threads, int force_splits) {
     QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
+    // The plan depends on shapes only: the K/V scale values are left to the call.
     const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
-                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out);
+                                                                 v_zp, mask, start_pos, is_causal, scale, seq_dim2, out, true);
     const qsdpa::AttentionArgs& A = parsed.args;
     const qsdpa::AttentionPlan plan = attention_plan_for(A, threads, force_splits);
     py::dict d = qsdpa::plan_dict(plan);
+    d["kernel_checks_kv_scales"] = qsdpa::kernel_checks_kv_scales(A, plan);
     d["scratch"] = qsdpa::layout_dict(qsdpa::plan_scratch_layout(plan, A));
     // Each KV split's first key, and the end, for a query block that attends all n_keys keys.
     py::list firsts;

@@ -29,6 +29,7 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 #endif
 
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -651,6 +652,21 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
   }
 }
 
+// Whether the K and V scales of a gathered block (gather_params' layout) are all finite and > 0,
+// the check the binding otherwise makes before the call (AttentionArgs::kv_scale_fault). No branch
+// per element, so the loop vectorises; the scales are in L1 from the gather.
+inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, size_t kv_block) {
+  const float* f = reinterpret_cast<const float*>(params);
+  int ok = 1;
+  for (size_t g = 0; g < hg; ++g) {
+    const float* ksc = f + g * 4 * kv_block + kv_block;
+    const float* vsc = ksc + kv_block;
+    for (size_t j = 0; j < nb; ++j)
+      ok &= (ksc[j] > 0.0f) & (ksc[j] <= FLT_MAX) & (vsc[j] > 0.0f) & (vsc[j] <= FLT_MAX);  // false for NaN, inf
+  }
+  return ok != 0;
+}
+
 // Q.K^T of all hg KV heads of a block (Mh rows each, a multiple of 4), keys outer and heads
 // inner: in a [B, S, H, D] cache the block's K is then read front to back, a stretch the hardware
 // prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
@@ -886,6 +902,16 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
     const size_t vq = it.b * A.v_qp.b + it.kvh0 * A.v_qp.h + n0 * A.v_qp.s;
     gather_params(nb, hg, A.k_zp + kq, A.k_scale + kq, A.k_qp.s, A.k_qp.h, A.v_zp + vq, A.v_scale + vq, A.v_qp.s,
                   A.v_qp.h, P.kv_block, x.params);
+    if (A.kv_scale_fault) {
+      // A bad scale stops the item before the block is computed, so no bad value reaches the
+      // arithmetic; an item that finds another's fault stops too. `out` stays unwritten: this item
+      // returns before its write, and the merge is skipped.
+      if (!block_scales_ok(x.params, hg, nb, P.kv_block)) {
+        __atomic_store_n(A.kv_scale_fault, 1, __ATOMIC_RELAXED);
+        return;
+      }
+      if (__atomic_load_n(A.kv_scale_fault, __ATOMIC_RELAXED)) return;
+    }
     if (hg > 1) {
       // All heads of a block of keys are one contiguous stretch of K and one of V: the first
       // block is fetched up front, each next one while this one is computed. The next block's K
@@ -1025,7 +1051,8 @@ void qsdpa_flash_attention_s8__avx512(const qsdpa::AttentionArgs& args, const qs
     QSDPA_TRACE_THREAD(kTraceThreadStart, 0);
     for (size_t item = 0; item < plan.items; ++item) run_item(args, plan, layout, scratch, partials, item);
     QSDPA_TRACE_THREAD(kTraceItemsEnd, 0);
-    for (size_t g = 0; plan.kv_splits > 1 && g < plan.items / plan.kv_splits; ++g)
+    const bool fault = args.kv_scale_fault && *args.kv_scale_fault;
+    for (size_t g = 0; plan.kv_splits > 1 && !fault && g < plan.items / plan.kv_splits; ++g)
       merge_item(args, plan, layout, partials, g);
     QSDPA_TRACE_THREAD(kTraceThreadEnd, 0);
     return;
@@ -1041,7 +1068,9 @@ void qsdpa_flash_attention_s8__avx512(const qsdpa::AttentionArgs& args, const qs
       run_item(args, plan, layout, slice, partials, static_cast<size_t>(item));
     QSDPA_TRACE_THREAD(kTraceItemsEnd, thread);
 #pragma omp barrier
-    if (plan.kv_splits > 1) {
+    // Every thread reads the same value: all stores to it came before the barrier.
+    const bool fault = args.kv_scale_fault && __atomic_load_n(args.kv_scale_fault, __ATOMIC_RELAXED);
+    if (plan.kv_splits > 1 && !fault) {
       // Fewer groups than threads (decode at B = 1 is one group): each group's rows are shared out.
       const size_t groups = plan.items / plan.kv_splits;
       const size_t chunks = groups < static_cast<size_t>(threads) ? static_cast<size_t>(threads) : 1;
