@@ -22,6 +22,7 @@
 #include <omp.h>
 #else
 static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: one thread
+static inline int omp_get_num_threads() { return 1; }
 #endif
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -33,6 +34,7 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "attention.h"
 #include "call_trace.h"
@@ -46,6 +48,27 @@ namespace avx512_vnni {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One step of a spin-wait: tells the core this is a wait loop (power, and the other hardware
+// thread of an SMT core).
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+// Spins before a spin-wait also yields the CPU (a pause is 10-140 cycles by core: ~0.1-1.5 ms):
+// by then the thread it waits for is most likely off the CPU.
+constexpr unsigned kSpinsBeforeYield = 1u << 15;
+
+// Waits until `count` reaches n; what the threads that counted wrote before is then visible.
+inline void spin_until(const std::atomic<int>& count, int n) {
+  for (unsigned spins = 0; count.load(std::memory_order_acquire) < n; ++spins) {
+    spin_pause();
+    if (spins >= kSpinsBeforeYield) std::this_thread::yield();
+  }
+}
 
 // A vector of p[0..n) padded with `fill`, for row tails (exp and max must not see stray lanes).
 inline vf vload_fill(const float* p, int n, float fill) {
@@ -1075,27 +1098,38 @@ void qsdpa_flash_attention_s8__avx512_vnni(const qsdpa::AttentionArgs& args, con
     QSDPA_TRACE_THREAD(kTraceThreadEnd, 0);
     return;
   }
+  // No OpenMP barrier inside the region: libgomp spins only ~100 times before a futex sleep once
+  // it manages more threads than there are CPUs (any second pool: an OpenMP region entered from
+  // another thread, torch's or ExecuTorch's work included), and a sleeping vCPU takes tens of
+  // microseconds to wake. The threads spin-wait for each other instead (spin_until), and the master
+  // leaves last, so that the region's closing barrier finds the others there. 2-thread llama3-8b
+  // decode on the Zen 4 VM, paired A/B, time with barriers / without: with a second pool alive
+  // 1.057 (8192 keys) and 1.21 (2048) back to back, 1.057 and 1.12 after the bench's pause;
+  // without one 0.995-1.02.
+  std::atomic<int> arrived{0}, merged{0};
 #pragma omp parallel num_threads(threads)
   {
     const int thread = omp_get_thread_num();
     QSDPA_TRACE_THREAD(kTraceThreadStart, thread);
     unsigned char* slice = scratch + layout.slice_bytes * static_cast<size_t>(thread);
-    // nowait and a barrier of its own: the same wait, with room for a stamp before it.
 #pragma omp for schedule(dynamic, 1) nowait
     for (long long item = 0; item < static_cast<long long>(plan.items); ++item)
       run_item(args, plan, layout, slice, partials, static_cast<size_t>(item));
     QSDPA_TRACE_THREAD(kTraceItemsEnd, thread);
-#pragma omp barrier
-    // Every thread reads the same value: all stores to it came before the barrier.
-    const bool fault = args.kv_scale_fault && __atomic_load_n(args.kv_scale_fault, __ATOMIC_RELAXED);
-    if (plan.kv_splits > 1 && !fault) {
-      // Fewer groups than threads (decode at B = 1 is one group): each group's rows are shared out.
-      const size_t groups = plan.items / plan.kv_splits;
-      const size_t chunks = groups < static_cast<size_t>(threads) ? static_cast<size_t>(threads) : 1;
-      const long long parts = static_cast<long long>(groups * chunks);
-#pragma omp for schedule(static)
-      for (long long i = 0; i < parts; ++i)
-        merge_item(args, plan, layout, partials, static_cast<size_t>(i) / chunks, static_cast<size_t>(i) % chunks, chunks);
+    if (plan.kv_splits > 1) {  // without splits each item wrote its rows of `out`: nothing to wait for
+      const int team = omp_get_num_threads();
+      arrived.fetch_add(1, std::memory_order_release);  // this thread's partial records are complete
+      spin_until(arrived, team);
+      const bool fault = args.kv_scale_fault && __atomic_load_n(args.kv_scale_fault, __ATOMIC_RELAXED);
+      if (!fault) {
+        // Fewer groups than threads (decode at B = 1 is one group): each group's rows are shared out.
+        const size_t groups = plan.items / plan.kv_splits;
+        const size_t chunks = groups < static_cast<size_t>(team) ? static_cast<size_t>(team) : 1;
+        for (size_t i = static_cast<size_t>(thread); i < groups * chunks; i += static_cast<size_t>(team))
+          merge_item(args, plan, layout, partials, i / chunks, i % chunks, chunks);
+      }
+      merged.fetch_add(1, std::memory_order_release);
+      if (thread == 0) spin_until(merged, team);
     }
     QSDPA_TRACE_THREAD(kTraceThreadEnd, thread);
   }
