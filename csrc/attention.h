@@ -212,10 +212,11 @@ inline size_t split_first_key(size_t n, size_t splits, size_t threads, size_t s)
 // Whether the kernel can check the K/V scales itself, in its qparam gather, instead of a serial
 // pass over them before the threads start (512 KiB of scales at 8192 keys, 20-40 us of an ~800 us
 // 2-thread llama3-8b decode call). Two conditions: `out` is written only once every item is done
-// (a KV split plan writes it in the merge after the barrier; a single item writes it at its end),
-// and the items read the scales of every key the serial check would, [0, n_keys): they do unless
-// causal rows end before n_keys, which only a mask (n_keys = kv_len) allows; the binding refuses
-// a mask with is_causal, so this second condition guards the kernel's contract, not a real call.
+// (a KV split plan writes it in the merge, once every thread is done with its items; a single
+// item writes it at its end), and the items read the scales of every key the serial check would,
+// [0, n_keys): they do unless causal rows end before n_keys, which only a mask (n_keys = kv_len)
+// allows; the binding refuses a mask with is_causal, so this second condition guards the
+// kernel's contract, not a real call.
 inline bool kernel_checks_kv_scales(const AttentionArgs& A, const AttentionPlan& P) {
   const bool writes_after_all = P.kv_splits > 1 || P.items == 1;
   const bool reads_every_key = !A.causal || A.start_pos + A.q_len >= A.n_keys;
