@@ -22,6 +22,22 @@ def _hex(value: object) -> str:
     return "n/a" if value is None else f"{int(value):#x}"  # type: ignore[call-overload]
 
 
+# Shared-library names of the OpenMP runtimes a process may hold (GNU, LLVM, Intel).
+_OPENMP_RUNTIMES = ("libgomp", "libomp", "libiomp5")
+
+
+def openmp_runtimes() -> Optional[List[str]]:
+    """Paths of the OpenMP runtimes mapped into this process (Linux; None where /proc/self/maps is
+    not there). One libgomp serves the whole process: torch's wheel ships its own libgomp.so.1, and
+    whichever of it and the system's is loaded first is the one qsdpa's kernels run on."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if len(line.split()) >= 6}
+    except OSError:
+        return None
+    return sorted(p for p in paths if os.path.basename(p).startswith(_OPENMP_RUNTIMES))
+
+
 def _native_lines(p: _dispatch.Probe) -> List[str]:
     raw = p.native_raw
     if p.native_error is not None:
@@ -108,6 +124,11 @@ def runtime_report() -> str:
     built_with = f"OpenMP {p.openmp}" if p.openmp else "without OpenMP"
     lines.append(f"threads: OpenMP max threads {omp} (kernels built {built_with}), "
                  f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, cpu count {os.cpu_count()}")
+    runtimes = openmp_runtimes()
+    if runtimes is None:
+        lines.append("OpenMP runtime in this process: n/a (no /proc/self/maps)")
+    else:
+        lines.append("OpenMP runtime in this process: " + (", ".join(runtimes) if runtimes else "none loaded"))
     return "\n".join(lines) + "\n"
 
 

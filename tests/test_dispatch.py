@@ -23,7 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 import pytest
 
 import qsdpa
-from qsdpa import _cpu, _dispatch
+from qsdpa import _cpu, _dispatch, _show
 from qsdpa._variants import VARIANTS, Variant
 
 MARK = "@@RESULT@@"  # children print one JSON line after this marker
@@ -445,6 +445,21 @@ def test_choose_respects_env(monkeypatch):
         monkeypatch.setenv("QSDPA_ISA", param.values[0])
         with pytest.raises(qsdpa.VariantUnavailableError):
             _dispatch._choose(p)
+
+
+def test_show_runtime_names_the_openmp_runtime(capsys):
+    """The report names the OpenMP runtime the process has mapped: the kernels' (after a variant
+    has been loaded), wherever it came from (torch's wheel ships its own libgomp.so.1)."""
+    qsdpa.show_runtime()
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("OpenMP runtime in this process: "))
+    found = _show.openmp_runtimes()
+    if found is None:
+        assert line.endswith("n/a (no /proc/self/maps)")
+        return
+    _dispatch.load_variant(_dispatch.get_isa())
+    if _dispatch.probe().openmp:  # kernels built with OpenMP: its runtime is mapped now
+        assert found and all(os.path.basename(p).startswith(("libgomp", "libomp", "libiomp5")) for p in found)
+        assert all(p in line for p in found)
 
 
 def test_show_runtime_prints_report(capsys):
