@@ -1,10 +1,10 @@
 """What a second libgomp pool in the process does to qsdpa's 2-thread decode.
 
 libgomp keeps one thread pool per thread that enters a parallel region. Once it manages more
-threads than there are CPUs (any other thread of the process has entered a 2-thread region: torch's
-or ExecuTorch's work in the bench's process, a second Python thread calling qsdpa), it spins only
-~100 times before a futex sleep wherever a thread waits (its gomp_throttled_spin_count_var), and a
-sleeping vCPU takes tens of microseconds to wake. Here the second pool is a Python thread that made
+threads than there are CPUs (any other thread of the process has entered a 2-thread region: most
+likely one of ExecuTorch's after its ops in the bench's process, a second Python thread calling
+qsdpa), it spins only ~100 times before a futex sleep wherever a thread waits (its
+gomp_throttled_spin_count_var), and a sleeping vCPU takes tens of microseconds to wake. Here the second pool is a Python thread that made
 one 2-thread qsdpa call and stays alive; each measurement runs without it, then with it.
 
     python tools/second_pool.py scaling [--ctx 8192] [--rounds 40]

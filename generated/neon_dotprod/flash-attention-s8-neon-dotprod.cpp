@@ -1071,7 +1071,7 @@ void qsdpa_flash_attention_s8__neon_dotprod(const qsdpa::AttentionArgs& args, co
   }
   // No OpenMP barrier inside the region: libgomp spins only ~100 times before a futex sleep once
   // it manages more threads than there are CPUs (any second pool: an OpenMP region entered from
-  // another thread, torch's or ExecuTorch's work included), and a sleeping vCPU takes tens of
+  // another thread of the process, as after ExecuTorch's ops here), and a sleeping vCPU takes tens of
   // microseconds to wake. The threads spin-wait for each other instead (spin_until), and the master
   // leaves last, so that the region's closing barrier finds the others there. 2-thread llama3-8b
   // decode on the Zen 4 VM, paired A/B, time with barriers / without: with a second pool alive
