@@ -450,13 +450,13 @@ def test_choose_respects_env(monkeypatch):
 def test_show_runtime_names_the_openmp_runtime(capsys):
     """The report names the OpenMP runtime the process has mapped: the kernels' (after a variant
     has been loaded), wherever it came from (torch's wheel ships its own libgomp.so.1)."""
+    _dispatch.load_variant(_dispatch.get_isa())  # first, so the report and `found` see the same maps
     qsdpa.show_runtime()
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("OpenMP runtime in this process: "))
     found = _show.openmp_runtimes()
     if found is None:
         assert line.endswith("n/a (no /proc/self/maps)")
         return
-    _dispatch.load_variant(_dispatch.get_isa())
     if _dispatch.probe().openmp:  # kernels built with OpenMP: its runtime is mapped now
         assert found and all(os.path.basename(p).startswith(("libgomp", "libomp", "libiomp5")) for p in found)
         assert all(p in line for p in found)
