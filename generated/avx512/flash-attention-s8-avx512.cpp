@@ -151,10 +151,13 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
 // - AMD Zen 5 (family 0x1A): pages walked, then into L1 (prefetcht0): cold decode 3-13% faster
 //   than prefetcht1 with the walks, 6-11% faster with the walks than without; all of K during
 //   Q.K^T (keys outer, an even pace).
-// - AMD Zen 4 (family 0x19, an EPYC with a 1 MiB L2 a core): Zen 5's setting was the slowest of
-//   seven cold (2048 keys: 1.27x Intel's at 1 thread, 1.16x at 2; 8192 keys: 1.27x at both), into
-//   L1 with or without the walks 0.98-1.0x it, the walks 2-3% slower than none; so Intel's. How much
-//   of K goes during Q.K^T (0 to 8 eighths) moved it by under 2%. Earlier AMD families are taken
+// - AMD Zen 4 (family 0x19, an EPYC with a 1 MiB L2 a core): into L1 without the walks, half of K
+//   during Q.K^T. Measured back to back with nothing else running (2026-12-03), Intel's setting
+//   was best (Zen 5's the slowest of seven: 1.16-1.27x it). But after other work, as in a model,
+//   prefetches into L2 lost up to a third and those into L1 nothing (tools/prefetch_after_work.py,
+//   2026-12-04; cold, 8192 keys, L2 / L1 in us): after a model layer's fp32 MLP on torch's threads
+//   986 / 817 at 2 threads and 1771 / 1538 at 1, after PyTorch's fp32 SDPA 1118 / 824 and
+//   1793 / 1512; with nothing before, 746 / 798 and 1453 / 1503. Earlier AMD families are taken
 //   with Zen 4 (Zen 3's only variant, avx2, was never measured with these prefetches).
 // - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
 //   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
@@ -176,6 +179,7 @@ inline PrefetchTuning default_prefetch_tuning() {
     const unsigned base = (eax >> 8) & 0xF;
     const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
     if (family >= 0x1A) return {true, true, 8};
+    return {true, false, 4};
   }
 #endif
   return {false, false, 4};

@@ -1,0 +1,126 @@
+"""Which decode prefetch setting holds up when other work ran before the call, as in a model?
+
+    python tools/prefetch_after_work.py [--ctx 8192] [--threads 2] [--rounds 25]
+        [--before none,mlp,torch,et,faults] [--tunings L2/4,L1/4]
+
+A cold llama3-8b decode call (the bench's inputs: layers spanning twice the LLC, on 2 MiB pages)
+is timed after one of these, then the bench's pause (_settle: quiet threads, then 5 ms of busy
+cores):
+  none    nothing (only the previous round's calls, some milliseconds earlier)
+  mlp     a model layer's MLP at decode: two fp32 linears of a [1, 4096] activation with 14336 x
+          4096 weights (235 MB each), on torch's threads
+  torch   PyTorch fp32 SDPA on the same case (the bench's peer)
+  et      ExecuTorch's custom_sdpa (fp32), the bench's peer
+  faults  268 MB of fresh pages, one store per 4 KiB, freed (page faults and an munmap, nothing read)
+  read    a 64 MB fp32 sum on torch's threads (a read of memory and nothing else)
+with each prefetch setting (the kernel's _set_prefetch_tuning: L1/L2 = prefetcht0/prefetcht1,
+then the eighths of the next block's K fetched during Q.K^T; "+walk" walks the pages first), all
+interleaved round by round. Printed: the median time per (work before, setting).
+
+On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks.md), medians
+in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:
+  2 threads, 8192 keys: none 746 / 798, mlp 986 / 817, torch 1118 / 824, et 1095 / 818;
+                        faults 914 / 871 (and 970 / 847 with 32 MB), read 783 / 844
+  1 thread, 8192 keys:  none 1453 / 1503, mlp 1771 / 1538, torch 1793 / 1512, et 1820 / 1585
+  2 threads, 2048 keys: none 337 / 266, mlp 342 / 285, torch 263 / 284, et 355 / 291
+  1 thread, 2048 keys:  none 411 / 376, mlp 428 / 407, torch 393 / 397, et 371 / 397
+Prefetches into L2 lose up to a third after work that faulted pages in or unmapped them (the
+peers allocate per call; a model's MLP on torch's threads did the same to them), while a plain
+read before the call changes nothing; prefetches into L1 take about the same time whatever ran
+before. Hence Zen 4's setting since then (templates/flash_attention.cpp.j2, PrefetchTuning).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from qsdpa import _bench, _dispatch
+from qsdpa._bench import SETTLE_S, Case, ThreadClocks, _Inputs, _Peers, _qsdpa_call, _settle
+from qsdpa._threads import set_num_threads
+
+TUNINGS = {"L2/4": (False, False, 4), "L1/4": (True, False, 4), "L1/0": (True, False, 0), "L1/8": (True, False, 8),
+           "L2/0": (False, False, 0), "L2/8": (False, False, 8), "L1+walk/8": (True, True, 8), "L1+walk/4": (True, True, 4),
+           "L2+walk/4": (False, True, 4)}
+
+
+def work_before(name: str, case: Case, x: _Inputs, threads: int):
+    """fn(i) for the work named, or None for "none"."""
+    if name == "none":
+        return None
+    import torch
+
+    torch.set_num_threads(threads)
+    if name == "mlp":
+        w1, w2 = torch.randn(14336, 4096) * 0.01, torch.randn(4096, 14336) * 0.01
+        act = torch.randn(1, 4096)
+        lin = torch.nn.functional.linear
+        return lambda i: lin(torch.nn.functional.silu(lin(act, w1)), w2)
+    if name == "read":
+        bufs = [torch.ones(16 << 20) for _ in range(4)]
+        return lambda i: bufs[i % 4].sum()
+    if name == "faults":
+        def faults(i):
+            a = np.empty(67 << 20, np.float32)
+            a[::1024] = 1.0
+            return a[0]
+        return faults
+    peers = _Peers()
+    fns = peers.callables(case, x)
+    key = {"torch": "torch fp32", "et": "ET fp32"}[name]
+    if key not in fns:
+        raise SystemExit(f"{key} is not installed: {peers.missing.get(key, '')}")
+    return fns[key]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ctx", type=int, default=8192, help="cached tokens (llama3-8b decode)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--before", default="none,mlp,torch,et", help="comma-separated: none, mlp, torch, et, faults, read")
+    ap.add_argument("--tunings", default="L2/4,L1/4", help="comma-separated: " + ", ".join(TUNINGS))
+    args = ap.parse_args(argv)
+
+    set_num_threads(args.threads)
+    case = Case("llama3-8b", "decode", args.ctx, 1, args.threads, "cold")
+    x = _Inputs(case, np.random.default_rng(0), _bench.last_level_cache_bytes())
+    call = _qsdpa_call(x)
+    module = _dispatch.load_variant(_dispatch.get_isa())
+    saved = module._prefetch_tuning()
+    befores = {b: work_before(b, case, x, args.threads) for b in args.before.split(",")}
+    tunings = [t for t in args.tunings.split(",")]
+    for t in tunings:
+        if t not in TUNINGS:
+            raise SystemExit(f"unknown tuning {t!r}: one of {', '.join(TUNINGS)}")
+    order = [(b, t) for b in befores for t in tunings]
+    times = {k: [] for k in order}
+    clocks = ThreadClocks()
+    call(0)
+    try:
+        with _bench._quiet_stderr():  # ExecuTorch's per-call "No temp allocator provided"
+            for r in range(args.rounds):
+                for j, (b, t) in enumerate(order):
+                    i = r * len(order) + j
+                    if befores[b] is not None:
+                        befores[b](i % x.n_layers)
+                    module._set_prefetch_tuning(*TUNINGS[t])
+                    clocks.refresh()
+                    _settle(SETTLE_S, args.threads, clocks)
+                    t0 = time.perf_counter()
+                    call((i + 1) % x.n_layers)
+                    times[(b, t)].append(time.perf_counter() - t0)
+    finally:
+        module._set_prefetch_tuning(**saved)
+    print(f"llama3-8b decode, {args.ctx} keys, {args.threads} thread(s), cold, {args.rounds} rounds; "
+          f"median µs by the work before the call (rows) and the prefetch setting (columns)")
+    print(f"  {'':8s}" + "".join(f"{t:>12s}" for t in tunings))
+    for b in befores:
+        print(f"  {b:8s}" + "".join(f"{statistics.median(times[(b, t)]) * 1e6:12.0f}" for t in tunings))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
