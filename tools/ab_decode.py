@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from qsdpa import _dispatch, quantize_per_token
+from qsdpa import _bench, _dispatch, quantize_per_token
 
 MODELS = {"llama3-8b": (32, 8, 128), "llama3.2-1b": (32, 8, 64), "small": (9, 3, 64)}
 
@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     ap.add_argument("--regime", default="cold", choices=("hot", "cold"))
     ap.add_argument("--layers", type=int, default=16, help="cold: layers in rotation")
     ap.add_argument("--calls", type=int, default=200, help="timed calls of each build")
+    ap.add_argument("--pause-ms", type=float, default=0.0,
+                    help="before each timed call (and its hot re-warm), the bench's pause (_settle: quiet threads, "
+                         "then busy cores) of this length; 0: back to back")
     ap.add_argument("--allow-diff", action="store_true", help="do not require bit-identical outputs")
     args = ap.parse_args(argv)
 
@@ -83,8 +86,12 @@ def main(argv=None) -> int:
         return 1
     times = {n: [] for n in builds}
     layer = 0
+    clocks = _bench.ThreadClocks()
     for i in range(args.calls):
         for name in ("A", "B") if i % 2 == 0 else ("B", "A"):
+            if args.pause_ms > 0:
+                clocks.refresh()
+                _bench._settle(args.pause_ms * 1e-3, args.threads, clocks)
             if args.regime == "hot":
                 call(name, 0)
             t0 = time.perf_counter()
@@ -93,7 +100,8 @@ def main(argv=None) -> int:
             layer += 1
     med = {n: statistics.median(t) * 1e6 for n, t in times.items()}
     ratio = statistics.median(b / a for a, b in zip(times["A"], times["B"]))
-    print(f"{isa} {args.model} decode ctx={args.ctx} t={args.threads} {args.regime}: A {med['A']:.1f} us, "
+    pause = f", after a {args.pause_ms:g} ms pause" if args.pause_ms > 0 else ""
+    print(f"{isa} {args.model} decode ctx={args.ctx} t={args.threads} {args.regime}{pause}: A {med['A']:.1f} us, "
           f"B {med['B']:.1f} us; B/A median of {args.calls} pairs {ratio:.3f}")
     return 0
 

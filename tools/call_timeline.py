@@ -5,7 +5,7 @@ each phase of qsdpa's call, after the bench's pause and back to back, on the ben
           -DQSDPA_EXTRA_FLAGS=-DQSDPA_TRACE -Dpybind11_DIR=$(python -m pybind11 --cmakedir)
     ninja -C /tmp/trace _kernels_avx512_vnni
     python tools/call_timeline.py /tmp/trace/_kernels_avx512_vnni_trace.*.so [--ctx 2048] \\
-          [--threads 2] [--regime cold] [--rounds 120]
+          [--threads 2] [--regime cold] [--rounds 120] [--peer "torch fp32"]
 
 The traced build (csrc/call_trace.h) stamps the binding's entry, the point where the kernel is
 called (arguments parsed and checked, plan made, arena leased), and per thread the start of its
@@ -25,6 +25,12 @@ items took ~420 µs each (~217), ended 29 apart (p90 190; 16), back in Python at
 2048 keys: kernel called 72 (13), back at 529 (416). In a later run, with the host busier, the
 second thread started a median 871 µs after the first (its vCPU had been given away while it
 slept) and calls took 1.6 ms against 268 back to back.
+
+With --peer, the second column has that bench peer run before each call's pause instead of back to
+back calls. On 2026-12-04 (the same VM, prefetch into L2 as then), 8192 keys, 2 threads, cold:
+after a PyTorch fp32 SDPA both threads' items ended at 1142 / 1128 µs against 767 / 871 with the
+pause alone, the threads starting as before (34 and 49 µs): the time went into the items, not the
+start (tools/prefetch_after_work.py then showed it was the prefetches into L2).
 """
 from __future__ import annotations
 
@@ -57,12 +63,15 @@ def clock_ghz(module) -> float:
     return (c1 - c0) / (t1 - t0) / 1e9
 
 
-def timeline(module, call, layers: int, threads: int, pause: bool, rounds: int, ghz: float):
-    """Per call: {phase: µs since the Python-side stamp}."""
+def timeline(module, call, layers: int, threads: int, pause: bool, rounds: int, ghz: float, peer=None):
+    """Per call: {phase: µs since the Python-side stamp}. With `peer` (fn(layer)), it runs before
+    each call's pause, as the bench's other implementations do."""
     clocks = ThreadClocks()
     rows = []
     for i in range(rounds):
         layer = i % layers
+        if peer is not None:
+            peer(layer)
         if pause:
             clocks.refresh()
             _settle(SETTLE_S, threads, clocks)
@@ -99,6 +108,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--regime", choices=("hot", "cold"), default="cold")
     ap.add_argument("--rounds", type=int, default=120)
+    ap.add_argument("--peer", choices=("none", "torch fp32", "ET int8", "ET fp32"), default="none",
+                    help="a bench peer run (on the next layer) before each call's pause")
     args = ap.parse_args(argv)
 
     selected = _dispatch.selection()
@@ -115,18 +126,24 @@ def main(argv=None) -> int:
     call(0)
     ghz = clock_ghz(traced)
     layers = x.n_layers if args.regime == "cold" else 1
-    results = {mode: timeline(traced, call, layers, args.threads, mode == "pause", args.rounds, ghz)
-               for mode in ("pause", "b2b")}
+    modes = {"pause": None, "b2b": None}
+    if args.peer != "none":
+        case = Case("llama3-8b", "decode", args.ctx, 1, args.threads, args.regime)
+        peer_fn = _bench._Peers().callables(case, x)[args.peer]
+        modes = {"pause": None, "peer+pause": lambda i: peer_fn((i + 1) % x.n_layers)}
+    with _bench._quiet_stderr():
+        results = {mode: timeline(traced, call, layers, args.threads, mode != "b2b", args.rounds, ghz, peer)
+                   for mode, peer in modes.items()}
     print(f"llama3-8b decode, {args.ctx} keys, {args.threads} thread(s), {args.regime}, {args.rounds} calls each; "
           f"µs since the Python-side stamp, median [p10, p90] (trace clock {ghz:.3f} GHz)")
-    print(f"  {'':40s} {'after the pause':>28s} {'back to back':>28s}")
+    print(f"  {'':40s} " + " ".join(f"{m:>28s}" for m in modes))
     for phase in results["pause"][0]:
         cells = []
-        for mode in ("pause", "b2b"):
+        for mode in modes:
             v = sorted(r[phase] for r in results[mode] if not math.isnan(r[phase]))
             cells.append(f"{statistics.median(v):8.1f} [{v[len(v) // 10]:7.1f}, {v[9 * len(v) // 10]:7.1f}]"
                          if v else f"{'-':>26s}")
-        print(f"  {phase:40s} {cells[0]:>28s} {cells[1]:>28s}")
+        print(f"  {phase:40s} " + " ".join(f"{c:>28s}" for c in cells))
     _dispatch._selection = selected
     return 0
 
