@@ -132,6 +132,25 @@ def test_targets_all_pass():
     assert got["prefill 512: qsdpa time(t=1) / time(t=2)"].measured == pytest.approx(2.0)
 
 
+def test_cold_target_is_judged_against_the_faster_floor():
+    """A floor read while the memory bus was busy (slower than the start-up bandwidth's) must not
+    turn a slow call into a pass; a start-up floor slower than the rounds' leaves the rounds' in force."""
+    rs = _full_run()
+    slow_rounds = _res("decode", 2048, 1, "cold", qsdpa=140.0, floor=100.0)
+    slow_rounds.start_floor_us = 50.0   # the start-up bandwidth says 2.8x, the disturbed rounds 1.4x
+    fast_rounds = _res("decode", 8192, 1, "cold", qsdpa=140.0, floor=100.0)
+    fast_rounds.start_floor_us = 300.0
+    rs[1] = slow_rounds
+    rs = [fast_rounds if (r.case.context, r.case.threads, r.case.regime) == (8192, 1, "cold") else r for r in rs]
+    got = _by_name(_bench.evaluate_targets(rs, T))
+    t = got["decode ctx=2048 t=1 cold: qsdpa time / floor"]
+    assert (t.status, t.measured) == (_bench.FAIL, pytest.approx(2.8))
+    assert t.note.startswith("judged against the start-up bandwidth's floor")
+    t = got["decode ctx=8192 t=1 cold: qsdpa time / floor"]
+    assert (t.status, t.measured) == (_bench.PASS, pytest.approx(1.4))
+    assert not t.note.startswith("judged against")
+
+
 def test_targets_fail_at_the_thresholds():
     rs = _full_run()
     # decode 2048 t=1: ET fp32 faster than torch, only 4.9x slower than qsdpa -> FAIL (the min counts)
