@@ -2,7 +2,7 @@
 // machine, with nothing but the work no kernel can skip? Against the read, in the same process.
 //
 //   g++ -O3 -fopenmp -mavx512f -mavx512bw -mavx512vnni -mfma tools/decode_ideal_stream.cpp -o /tmp/ideal
-//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1]
+//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1] [huge=0]
 //
 // The step: a llama3-8b decode (32 query heads, 8 KV heads, D 128) over K and V of [keys, 8, 128]
 // int8 (the [B, S, H, D] layout), in 64-key blocks of all heads, keys split evenly over `threads`
@@ -46,7 +46,15 @@
 // 1.35-1.44x it, even-pf 1.26-1.32, pages-pf 1.10-1.37, nopf 1.96-2.14; 2 threads: 1.34, 1.23,
 // 1.09, 1.74. qsdpa's whole call took 311-370 us hot at 1 thread on the same machine (its softmax,
 // scores, qparams and the Q.K^T tile reductions on top of this step's dots and FMAs).
+//
+// huge=1 puts each cache on 2 MiB pages (madvise), as the bench's caches and floor are. On the Zen 4
+// VM of 2026-12-04, 5 ms pause, 16 layers: 2049 keys, read 130 us at 1 thread (phase-pf 1.67x,
+// pages-pf 1.88x) and 83 us at 2 (1.63x, 1.68x); 8193 keys 1.40x / 1.81x and 1.59x / 1.78x. This
+// read, though, ran at 50-56 GB/s at 2 threads only with the prefetching steps between its calls
+// (36.9 GB/s with them replaced by reads, as the bench's floor reads): against that kind of floor
+// the step took about 1.0x at 2 threads and 1.2-1.75x at 1.
 #include <immintrin.h>
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -184,15 +192,23 @@ int main(int argc, char** argv) {
   const int calls = argc > 3 ? std::atoi(argv[3]) : 200;
   const double pause = argc > 4 ? std::atof(argv[4]) : 0.0;
   const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
+  const bool huge = argc > 6 && std::atoi(argv[6]) != 0;
   if (keys < 16 || layers < 1 || calls < 1 || threads < 1) {
-    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1] [huge=0|1]\n", argv[0]);
     return 2;
   }
   std::vector<Cache> caches(layers);
-  const size_t bytes = (keys * kKeyBytes + 4095) / 4096 * 4096;
+  // huge: each buffer on 2 MiB pages where the OS grants them, as the bench's caches and floor are.
+  const size_t page = huge ? size_t{2} << 20 : 4096;
+  const size_t bytes = (keys * kKeyBytes + page - 1) / page * page;
+  auto alloc = [&]() {
+    void* p = std::aligned_alloc(page, bytes);
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<int8_t*>(p);
+  };
   for (Cache& c : caches) {
-    c.k = static_cast<int8_t*>(std::aligned_alloc(4096, bytes));
-    c.v = static_cast<int8_t*>(std::aligned_alloc(4096, bytes));
+    c.k = alloc();
+    c.v = alloc();
     for (size_t i = 0; i < bytes; ++i) c.k[i] = static_cast<int8_t>(i * 7), c.v[i] = static_cast<int8_t>(i * 13);
   }
   std::memset(g_q, 3, sizeof g_q);
