@@ -20,14 +20,14 @@ interleaved round by round. Printed: the median time per (work before, setting).
 On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks.md), medians
 in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:
   2 threads, 8192 keys: none 746 / 798, mlp 986 / 817, torch 1118 / 824, et 1095 / 818;
-                        faults 914 / 871 (and 970 / 847 with 32 MB), read 783 / 844
+                        faults 914 / 871 (and 970 / 847 with 32 MB), read 783 / 844 (in a
+                        later run, noisier throughout, none 887 / 1024 and read 1102 / 1017)
   1 thread, 8192 keys:  none 1453 / 1503, mlp 1771 / 1538, torch 1793 / 1512, et 1820 / 1585
   2 threads, 2048 keys: none 337 / 266, mlp 342 / 285, torch 263 / 284, et 355 / 291
   1 thread, 2048 keys:  none 411 / 376, mlp 428 / 407, torch 393 / 397, et 371 / 397
-Prefetches into L2 lose up to a third after work that faulted pages in or unmapped them (the
-peers allocate per call; a model's MLP on torch's threads did the same to them), while a plain
-read before the call changes nothing; prefetches into L1 take about the same time whatever ran
-before. Hence Zen 4's setting since then (templates/flash_attention.cpp.j2, PrefetchTuning).
+Prefetches into L2 lose up to a third after the peers' calls, a model layer's MLP, or page faults
+and an munmap alone (what it is in the hardware was not found; a plain read before the call hurt
+them in one run of two); prefetches into L1 take about the same time whatever ran before. Hence Zen 4's setting since then (templates/flash_attention.cpp.j2, PrefetchTuning).
 """
 from __future__ import annotations
 
@@ -90,11 +90,11 @@ def main(argv=None) -> int:
     call = _qsdpa_call(x)
     module = _dispatch.load_variant(_dispatch.get_isa())
     saved = module._prefetch_tuning()
-    befores = {b: work_before(b, case, x, args.threads) for b in args.before.split(",")}
-    tunings = [t for t in args.tunings.split(",")]
-    for t in tunings:
+    tunings = args.tunings.split(",")
+    for t in tunings:  # before the work's buffers are built (the MLP's weights are 470 MB)
         if t not in TUNINGS:
             raise SystemExit(f"unknown tuning {t!r}: one of {', '.join(TUNINGS)}")
+    befores = {b: work_before(b, case, x, args.threads) for b in args.before.split(",")}
     order = [(b, t) for b in befores for t in tunings]
     times = {k: [] for k in order}
     clocks = ThreadClocks()
