@@ -15,6 +15,8 @@
 //   V tiles  qsdpa's P.V: per head, per 64-byte column tile, the block's 64 keys (1 KiB apart)
 //   V rows   memory order (all heads of a key together: what P.V could only do with every head's
 //            accumulators in memory, or from a copy of the block in that order)
+//   BLOCKED  qsdpa's tile orders on a blocked layout, [S/64][H][64][D] (a block's 64 rows of one
+//            head contiguous: 8 KiB a head), which a cache of qsdpa's own could use
 // Prefetch: none (the hardware's alone), or the next block a line per step, evenly over the block's
 // K and V steps (prefetcht0), as qsdpa spreads it. Also tried with qsdpa's orders: a demand load
 // (touch) of the line 64, 256 or 1024 lines ahead in memory order each step, alone or with the
@@ -29,7 +31,10 @@
 //     +320 to +399: 4.5x the read); memory order, no prefetch +11 to +22 (next block +28 to +46);
 //     K in memory order with V tiles, no prefetch, +154 to +226, K tiles with V in memory order
 //     +200; touches 2.5-3.1x the read; the copy 3.5-3.7x (2.5-2.7x with the prefetch after it).
-//   2048 keys, burn 1/2: qsdpa's orders, next block +69 to +86; memory order, no prefetch +14 to +21.
+//     The blocked layout: +61 without software prefetch, +35 with it, and 207 us from cache
+//     against 196 (the [S, H, D] layout with qsdpa's orders).
+//   2048 keys, burn 1/2: qsdpa's orders, next block +69 to +86; memory order, no prefetch +14 to +21;
+//     blocked +75 and +60.
 //   8192 keys, burn 1/4 (read 483 us): qsdpa's orders, next block +96; memory order, no prefetch +19.
 // So on this core the hardware prefetcher hides a sequential stream of demand loads almost
 // completely, better than the software prefetch hides qsdpa's orders, and only when both phases
@@ -70,12 +75,22 @@ __attribute__((always_inline)) inline void burn(State& s, int n) {
 }
 
 // Byte offset of the i-th line a phase reads, in the given order.
+// A blocked cache layout instead, [S/64][H][64][D]: a block's rows of one head contiguous.
+int g_blocked = 0;
 inline size_t k_offset(bool rows, size_t i) {
+  if (g_blocked) {  // qsdpa's tile order on the blocked layout
+    const size_t tile = i / 64, head = (i / 8) % 8, row = (i / 2) % 4, half = i % 2;
+    return head * 8192 + (tile * 4 + row) * 128 + half * 64;
+  }
   if (rows) return i * 64;
   const size_t tile = i / 64, head = (i / 8) % 8, row = (i / 2) % 4, half = i % 2;  // 4 keys x 8 heads x 4 rows x 2
   return (tile * 4 + row) * kRow + head * 128 + half * 64;
 }
 inline size_t v_offset(bool rows, size_t i) {
+  if (g_blocked) {
+    const size_t head = i / 128, col = (i / 64) % 2, key = i % 64;
+    return head * 8192 + key * 128 + col * 64;
+  }
   if (rows) return i * 64;
   const size_t head = i / 128, col = (i / 64) % 2, key = i % 64;  // 8 heads x 2 column tiles x 64 keys
   return key * kRow + head * 128 + col * 64;
@@ -205,13 +220,16 @@ int main(int argc, char** argv) {
                             {"tiles, touch 1024 lines ahead ", false, false, false, 1024},
                             {"tiles, touch 256 + next block ", false, false, true, 256},
                             {"tiles from a copy             ", false, false, false, 1},
-                            {"tiles from a copy, pf after   ", false, false, true, 1}};
-  constexpr int kConfigs = 12;
+                            {"tiles from a copy, pf after   ", false, false, true, 1},
+                            {"BLOCKED tiles, no prefetch    ", false, false, false, 0},
+                            {"BLOCKED tiles, next block     ", false, false, true, 0}};
+  constexpr int kConfigs = 14;
   std::vector<double> cold[kConfigs], hot[kConfigs], rd;
   size_t next = 1;
   for (int r = 0; r < rounds; ++r) {
     for (int c = 0; c < kConfigs; ++c) {
       const Config& f = configs[c];
+      g_blocked = c >= kConfigs - 2;  // the last two
       size_t l = next++ % (layers - 1) + 1;  // layer 0 is the from-cache one
       double t0 = now();
       item(ks[l], vs[l], keys, bk, bv, f.krows, f.vrows, f.pf, f.touch);
