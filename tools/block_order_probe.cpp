@@ -30,7 +30,7 @@
 //   2048 keys, burn 1/4 (read 113-133 us):  qsdpa's orders, next block +38 to +51 (no prefetch
 //     +320 to +399: 4.5x the read); memory order, no prefetch +11 to +22 (next block +28 to +46);
 //     K in memory order with V tiles, no prefetch, +154 to +226, K tiles with V in memory order
-//     +200; touches 2.5-3.1x the read; the copy 3.5-3.7x (2.5-2.7x with the prefetch after it).
+//     +200; touches 2.5-3.1x the read; the copy 3.4-3.7x (2.2-2.7x with the prefetch after it).
 //     The blocked layout: +61 to +66 without software prefetch, +35 to +38 with it, 205-207 us from cache
 //     against 196 (the [S, H, D] layout with qsdpa's orders).
 //   2048 keys, burn 1/2: qsdpa's orders, next block +69 to +86; memory order, no prefetch +14 to +21;
