@@ -15,6 +15,8 @@
 //   V tiles  qsdpa's P.V: per head, per 64-byte column tile, the block's 64 keys (1 KiB apart)
 //   V rows   memory order (all heads of a key together: what P.V could only do with every head's
 //            accumulators in memory, or from a copy of the block in that order)
+//   2 keys   K and V both two keys at a time: per pair, per head (and per column tile for V) the
+//            two rows, 1 KiB apart
 //   BLOCKED  qsdpa's tile orders on a blocked layout, [S/64][H][64][D] (a block's 64 rows of one
 //            head contiguous: 8 KiB a head), which a cache of qsdpa's own could use
 // Prefetch: none (the hardware's alone), or the next block a line per step, evenly over the block's
@@ -30,7 +32,7 @@
 //   2048 keys, burn 1/4 (read 113-133 us):  qsdpa's orders, next block +38 to +51 (no prefetch
 //     +320 to +399: 4.5x the read); memory order, no prefetch +11 to +22 (next block +28 to +46);
 //     K in memory order with V tiles, no prefetch, +154 to +226, K tiles with V in memory order
-//     +200; touches 2.5-3.1x the read; the copy 3.4-3.7x (2.2-2.7x with the prefetch after it).
+//     +200; touches 2.5-3.1x the read; the copy 3.4-3.7x (2.1-2.7x with the prefetch after it).
 //     The blocked layout: +61 to +66 without software prefetch, +35 to +38 with it, 205-207 us from cache
 //     against 196 (the [S, H, D] layout with qsdpa's orders).
 //   2048 keys, burn 1/2: qsdpa's orders, next block +69 to +86; memory order, no prefetch +14 to +21;
@@ -39,6 +41,7 @@
 // So on this core the hardware prefetcher hides a sequential stream of demand loads almost
 // completely, better than the software prefetch hides qsdpa's orders, and only when both phases
 // read in memory order: K's 4-row tiles alone, or V's per-head column walks alone, keep it out,
+// as do both phases two keys at a time (+235 to +265 without software prefetch, +50 with it),
 // and so do demand loads that run ahead in memory order, or a copy whose reads do (its buffer's
 // reads between them are misses too). Neither of the kernel's orders can be memory order at its
 // present cost: P.V would need all eight heads' 4 x 128 accumulators per key (its register tiles
@@ -77,7 +80,14 @@ __attribute__((always_inline)) inline void burn(State& s, int n) {
 // Byte offset of the i-th line a phase reads, in the given order.
 // A blocked cache layout instead, [S/64][H][64][D]: a block's rows of one head contiguous.
 int g_blocked = 0;
+// > 0: K and V both R keys at a time: per R-key group, per head (and per column tile for V), the
+// group's R rows, 1 KiB apart (qsdpa's K tiles are R = 4 with V tiles of 64).
+size_t g_group = 0;
 inline size_t k_offset(bool rows, size_t i) {
+  if (g_group) {
+    const size_t R = g_group, grp = i / (16 * R), head = i % (16 * R) / (2 * R), row = i % (2 * R) / 2, half = i % 2;
+    return (grp * R + row) * kRow + head * 128 + half * 64;
+  }
   if (g_blocked) {  // qsdpa's tile order on the blocked layout
     const size_t tile = i / 64, head = (i / 8) % 8, row = (i / 2) % 4, half = i % 2;
     return head * 8192 + (tile * 4 + row) * 128 + half * 64;
@@ -87,6 +97,10 @@ inline size_t k_offset(bool rows, size_t i) {
   return (tile * 4 + row) * kRow + head * 128 + half * 64;
 }
 inline size_t v_offset(bool rows, size_t i) {
+  if (g_group) {
+    const size_t R = g_group, grp = i / (16 * R), head = i % (16 * R) / (2 * R), col = i % (2 * R) / R, row = i % R;
+    return (grp * R + row) * kRow + head * 128 + col * 64;
+  }
   if (g_blocked) {
     const size_t head = i / 128, col = (i / 64) % 2, key = i % 64;
     return head * 8192 + key * 128 + col * 64;
@@ -105,9 +119,37 @@ inline size_t v_offset(bool rows, size_t i) {
 
 void item_copy(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool pf);
 
+// The lines' offsets from tables made before the timing (the R-key groups: their offsets cost
+// divisions by a run-time R, which would otherwise set the pace).
+uint32_t g_koff[kLines], g_voff[kLines];
+__attribute__((noinline)) void item_table(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool pf) {
+  State s{_mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_setzero_si512()};
+  const size_t blocks = keys / kBlock;
+  for (size_t b = 0; b < blocks; ++b) {
+    const int8_t* kb = K + b * kBlockBytes;
+    const int8_t* vb = V + b * kBlockBytes;
+    const int8_t* kn = kb + kBlockBytes;
+    const int8_t* vn = vb + kBlockBytes;
+    const bool more = b + 1 < blocks;
+    size_t step = 0;
+    for (size_t i = 0; i < kLines; ++i) {
+      PREFETCH_STEP();
+      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(kb + g_koff[i]));
+      burn(s, bk);
+    }
+    for (size_t i = 0; i < kLines; ++i) {
+      PREFETCH_STEP();
+      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(vb + g_voff[i]));
+      burn(s, bv);
+    }
+  }
+  __asm__ volatile("" ::"v"(s.a), "v"(s.f0), "v"(s.f1), "v"(s.f2), "v"(s.f3));
+}
+
 __attribute__((noinline)) void item(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool krows,
                                     bool vrows, bool pf, size_t touch) {
   if (touch == 1) return item_copy(K, V, keys, bk, bv, pf);
+  if (g_group) return item_table(K, V, keys, bk, bv, pf);
   const int8_t* kend = K + keys * kRow;
   const int8_t* vend = V + keys * kRow;
   uint32_t tsum = 0;
@@ -222,14 +264,20 @@ int main(int argc, char** argv) {
                             {"tiles from a copy             ", false, false, false, 1},
                             {"tiles from a copy, pf after   ", false, false, true, 1},
                             {"BLOCKED tiles, no prefetch    ", false, false, false, 0},
-                            {"BLOCKED tiles, next block     ", false, false, true, 0}};
-  constexpr int kConfigs = 14;
+                            {"BLOCKED tiles, next block     ", false, false, true, 0},
+                            {"K, V 2 keys at a time, no pf  ", false, false, false, 0},
+                            {"K, V 2 keys at a time, next   ", false, false, true, 0}};
+  constexpr int kConfigs = 16;
   std::vector<double> cold[kConfigs], hot[kConfigs], rd;
   size_t next = 1;
   for (int r = 0; r < rounds; ++r) {
     for (int c = 0; c < kConfigs; ++c) {
       const Config& f = configs[c];
-      g_blocked = c >= kConfigs - 2;  // the last two
+      g_blocked = c >= kConfigs - 4 && c < kConfigs - 2;
+      g_group = c >= kConfigs - 2 ? 2 : 0;  // the last two
+      if (g_group)
+        for (size_t i = 0; i < kLines; ++i)
+          g_koff[i] = static_cast<uint32_t>(k_offset(false, i)), g_voff[i] = static_cast<uint32_t>(v_offset(false, i));
       size_t l = next++ % (layers - 1) + 1;  // layer 0 is the from-cache one
       double t0 = now();
       item(ks[l], vs[l], keys, bk, bv, f.krows, f.vrows, f.pf, f.touch);
