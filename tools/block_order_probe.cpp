@@ -28,7 +28,12 @@
 // call by call; the read is a plain front-to-back read of the same bytes (the floor's kind).
 //
 // On the Zen 4 VM (AMD EPYC family 25 model 17), 2026-12-04, 1 thread, medians over 40 rounds
-// (20 at 8192 keys), cold minus from cache in us:
+// (20 at 8192 keys), cold minus from cache in us. These ranges are from runs of this tool's first
+// form, which computed each order's offsets inline (tables only for the two-key order); in the
+// table form here, one run on a quiet host gave the same picture (2048 keys, burn 1/4: qsdpa's
+// orders with the prefetch +53, without 3.96x the read; memory order without it +25, with it +42;
+// blocked +79 / +59; two keys +291 / +47). A later run with the host busy (the read at 26 GB/s)
+// did not separate them: memory order +78 to +81, qsdpa's +80 to +97.
 //   2048 keys, burn 1/4 (read 113-133 us):  qsdpa's orders, next block +38 to +51 (no prefetch
 //     +320 to +399: 4.5x the read); memory order, no prefetch +11 to +22 (next block +28 to +46);
 //     K in memory order with V tiles, no prefetch, +154 to +226, K tiles with V in memory order
@@ -77,143 +82,96 @@ __attribute__((always_inline)) inline void burn(State& s, int n) {
   }
 }
 
-// Byte offset of the i-th line a phase reads, in the given order.
-// A blocked cache layout instead, [S/64][H][64][D]: a block's rows of one head contiguous.
-int g_blocked = 0;
-// > 0: K and V both R keys at a time: per R-key group, per head (and per column tile for V), the
-// group's R rows, 1 KiB apart (qsdpa's K tiles are R = 4 with V tiles of 64).
-size_t g_group = 0;
-inline size_t k_offset(bool rows, size_t i) {
-  if (g_group) {
-    const size_t R = g_group, grp = i / (16 * R), head = i % (16 * R) / (2 * R), row = i % (2 * R) / 2, half = i % 2;
-    return (grp * R + row) * kRow + head * 128 + half * 64;
+// The orders a phase reads a block's 1024 lines in. Every order is made into a table of byte
+// offsets before the timing, so that all cost the same per line (one load from L1).
+enum Order { kTiles, kRows, kPairs, kBlocked };
+
+// Offset of the i-th line Q.K^T reads.
+size_t k_offset(Order o, size_t i) {
+  switch (o) {
+    case kRows: return i * 64;
+    case kPairs: {  // per key pair, per head, the 2 rows' 2 lines
+      const size_t grp = i / 32, head = i % 32 / 4, row = i % 4 / 2, half = i % 2;
+      return (grp * 2 + row) * kRow + head * 128 + half * 64;
+    }
+    case kBlocked: {  // qsdpa's tile order on [S/64][H][64][D]
+      const size_t tile = i / 64, head = i / 8 % 8, row = i / 2 % 4, half = i % 2;
+      return head * 8192 + (tile * 4 + row) * 128 + half * 64;
+    }
+    default: {  // qsdpa's: per 4-key tile, per head, the 4 rows' 2 lines
+      const size_t tile = i / 64, head = i / 8 % 8, row = i / 2 % 4, half = i % 2;
+      return (tile * 4 + row) * kRow + head * 128 + half * 64;
+    }
   }
-  if (g_blocked) {  // qsdpa's tile order on the blocked layout
-    const size_t tile = i / 64, head = (i / 8) % 8, row = (i / 2) % 4, half = i % 2;
-    return head * 8192 + (tile * 4 + row) * 128 + half * 64;
-  }
-  if (rows) return i * 64;
-  const size_t tile = i / 64, head = (i / 8) % 8, row = (i / 2) % 4, half = i % 2;  // 4 keys x 8 heads x 4 rows x 2
-  return (tile * 4 + row) * kRow + head * 128 + half * 64;
-}
-inline size_t v_offset(bool rows, size_t i) {
-  if (g_group) {
-    const size_t R = g_group, grp = i / (16 * R), head = i % (16 * R) / (2 * R), col = i % (2 * R) / R, row = i % R;
-    return (grp * R + row) * kRow + head * 128 + col * 64;
-  }
-  if (g_blocked) {
-    const size_t head = i / 128, col = (i / 64) % 2, key = i % 64;
-    return head * 8192 + key * 128 + col * 64;
-  }
-  if (rows) return i * 64;
-  const size_t head = i / 128, col = (i / 64) % 2, key = i % 64;  // 8 heads x 2 column tiles x 64 keys
-  return key * kRow + head * 128 + col * 64;
 }
 
-// A macro, not a function: GCC 12 deletes a call to a function that only prefetches.
-#define PREFETCH_STEP()                                                                                           \
-  do {                                                                                                            \
-    if (pf && more) _mm_prefetch(step < kLines ? kn + step * 64 : vn + (step - kLines) * 64, _MM_HINT_T0);        \
-    ++step;                                                                                                       \
-  } while (0)
+// Offset of the i-th line P.V reads.
+size_t v_offset(Order o, size_t i) {
+  switch (o) {
+    case kRows: return i * 64;
+    case kPairs: {  // per key pair, per head, per column tile, the 2 rows
+      const size_t grp = i / 32, head = i % 32 / 4, col = i % 4 / 2, row = i % 2;
+      return (grp * 2 + row) * kRow + head * 128 + col * 64;
+    }
+    case kBlocked: {
+      const size_t head = i / 128, col = i / 64 % 2, key = i % 64;
+      return head * 8192 + key * 128 + col * 64;
+    }
+    default: {  // qsdpa's: per head, per 64-byte column tile, the block's 64 keys
+      const size_t head = i / 128, col = i / 64 % 2, key = i % 64;
+      return key * kRow + head * 128 + col * 64;
+    }
+  }
+}
 
-void item_copy(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool pf);
+struct Config {
+  const char* name;
+  Order k, v;
+  bool pf;       // the next block, a line per step of the same phase, into L1
+  size_t touch;  // > 0: also a demand load of the line this far ahead in memory order, each step
+  bool copy;     // the tiles read a copy of the block, made during the block before in memory order
+  std::vector<uint32_t> koff, voff;
+};
 
-// The lines' offsets from tables made before the timing (the R-key groups: their offsets cost
-// divisions by a run-time R, which would otherwise set the pace).
-uint32_t g_koff[kLines], g_voff[kLines];
-__attribute__((noinline)) void item_table(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool pf) {
+// One phase of a block: its 1024 lines read at `base + off[i]`, with the work per line. Step i also
+// prefetches line i of `pf_next` and copies line i of `copy_from` to `copy_to` (when given).
+// Written out here, not in a function of their own: GCC 12 deletes a call to a function that only
+// prefetches.
+__attribute__((always_inline)) inline void phase(State& s, uint32_t& tsum, const int8_t* base, const uint32_t* off,
+                                                 int burn_steps, const int8_t* pf_next, const int8_t* copy_from,
+                                                 int8_t* copy_to, size_t touch, const int8_t* end) {
+  for (size_t i = 0; i < kLines; ++i) {
+    if (pf_next) _mm_prefetch(pf_next + i * 64, _MM_HINT_T0);
+    if (copy_from) _mm512_store_si512(copy_to + i * 64, _mm512_load_si512(copy_from + i * 64));
+    if (touch && base + (i + touch) * 64 < end)
+      tsum += static_cast<uint8_t>(*reinterpret_cast<const volatile int8_t*>(base + (i + touch) * 64));
+    s.a = _mm512_add_epi64(s.a, _mm512_load_si512(base + off[i]));
+    burn(s, burn_steps);
+  }
+}
+
+// A decode item's reads of K and V over `keys` keys: block after block, K's lines then V's, in the
+// config's orders, with the work per line.
+alignas(4096) int8_t g_copy[2][2][kBlockBytes];
+__attribute__((noinline)) void item(const Config& f, const int8_t* K, const int8_t* V, size_t keys, int bk, int bv) {
   State s{_mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_setzero_si512()};
-  const size_t blocks = keys / kBlock;
-  for (size_t b = 0; b < blocks; ++b) {
-    const int8_t* kb = K + b * kBlockBytes;
-    const int8_t* vb = V + b * kBlockBytes;
-    const int8_t* kn = kb + kBlockBytes;
-    const int8_t* vn = vb + kBlockBytes;
-    const bool more = b + 1 < blocks;
-    size_t step = 0;
-    for (size_t i = 0; i < kLines; ++i) {
-      PREFETCH_STEP();
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(kb + g_koff[i]));
-      burn(s, bk);
-    }
-    for (size_t i = 0; i < kLines; ++i) {
-      PREFETCH_STEP();
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(vb + g_voff[i]));
-      burn(s, bv);
-    }
-  }
-  __asm__ volatile("" ::"v"(s.a), "v"(s.f0), "v"(s.f1), "v"(s.f2), "v"(s.f3));
-}
-
-__attribute__((noinline)) void item(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool krows,
-                                    bool vrows, bool pf, size_t touch) {
-  if (touch == 1) return item_copy(K, V, keys, bk, bv, pf);
-  if (g_group) return item_table(K, V, keys, bk, bv, pf);
-  const int8_t* kend = K + keys * kRow;
-  const int8_t* vend = V + keys * kRow;
   uint32_t tsum = 0;
-  State s{_mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_setzero_si512()};
   const size_t blocks = keys / kBlock;
+  if (f.copy) std::memcpy(g_copy[0][0], K, kBlockBytes), std::memcpy(g_copy[0][1], V, kBlockBytes);
   for (size_t b = 0; b < blocks; ++b) {
-    const int8_t* kb = K + b * kBlockBytes;
-    const int8_t* vb = V + b * kBlockBytes;
-    const int8_t* kn = kb + kBlockBytes;
-    const int8_t* vn = vb + kBlockBytes;
-    const bool more = b + 1 < blocks;
-    size_t step = 0;
-    for (size_t i = 0; i < kLines; ++i) {
-      PREFETCH_STEP();
-      if (touch && kb + (i + touch) * 64 < kend) tsum += static_cast<uint8_t>(*reinterpret_cast<const volatile int8_t*>(kb + (i + touch) * 64));
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(kb + k_offset(krows, i)));
-      burn(s, bk);
-    }
-    for (size_t i = 0; i < kLines; ++i) {
-      PREFETCH_STEP();
-      if (touch && vb + (i + touch) * 64 < vend) tsum += static_cast<uint8_t>(*reinterpret_cast<const volatile int8_t*>(vb + (i + touch) * 64));
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(vb + v_offset(vrows, i)));
-      burn(s, bv);
-    }
+    const int8_t* kb = f.copy ? g_copy[b % 2][0] : K + b * kBlockBytes;
+    const int8_t* vb = f.copy ? g_copy[b % 2][1] : V + b * kBlockBytes;
+    const int8_t* kn = K + (b + 1) * kBlockBytes;  // the next block (with a copy: the one being copied)
+    const int8_t* vn = V + (b + 1) * kBlockBytes;
+    const size_t fetched = b + (f.copy ? 2 : 1);  // the block the prefetch fetches (with a copy: the one after)
+    const bool pf = f.pf && fetched < blocks, copy = f.copy && b + 1 < blocks;
+    const int8_t* kp = pf ? K + fetched * kBlockBytes : nullptr;
+    const int8_t* vp = pf ? V + fetched * kBlockBytes : nullptr;
+    phase(s, tsum, kb, f.koff.data(), bk, kp, copy ? kn : nullptr, g_copy[(b + 1) % 2][0], f.touch, K + keys * kRow);
+    phase(s, tsum, vb, f.voff.data(), bv, vp, copy ? vn : nullptr, g_copy[(b + 1) % 2][1], f.touch, V + keys * kRow);
   }
   // The results, kept: the loads and FMAs are the point.
   __asm__ volatile("" ::"r"(tsum));
-  __asm__ volatile("" ::"v"(s.a), "v"(s.f0), "v"(s.f1), "v"(s.f2), "v"(s.f3));
-}
-
-// The next block's K and V copied in memory order (a line of each per step of this block) into a
-// buffer the block's tiles then read: the only reads of the cache are one sequential stream.
-alignas(4096) int8_t g_copy[2][2][kBlockBytes];
-__attribute__((noinline)) void item_copy(const int8_t* K, const int8_t* V, size_t keys, int bk, int bv, bool pf) {
-  State s{_mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_set1_ps(1), _mm512_setzero_si512()};
-  const size_t blocks = keys / kBlock;
-  for (size_t i = 0; i < kLines; ++i) {
-    _mm512_store_si512(g_copy[0][0] + i * 64, _mm512_load_si512(K + i * 64));
-    _mm512_store_si512(g_copy[0][1] + i * 64, _mm512_load_si512(V + i * 64));
-  }
-  for (size_t b = 0; b < blocks; ++b) {
-    const int8_t* kb = g_copy[b % 2][0];
-    const int8_t* vb = g_copy[b % 2][1];
-    int8_t* kc = g_copy[(b + 1) % 2][0];
-    int8_t* vc = g_copy[(b + 1) % 2][1];
-    const int8_t* kn = K + (b + 1) * kBlockBytes;
-    const int8_t* vn = V + (b + 1) * kBlockBytes;
-    const bool more = b + 1 < blocks;
-    const int8_t* kp = kn + kBlockBytes;  // prefetch: the block after the copied one
-    const int8_t* vp = vn + kBlockBytes;
-    const bool more2 = b + 2 < blocks;
-    for (size_t i = 0; i < kLines; ++i) {
-      if (more) _mm512_store_si512(kc + i * 64, _mm512_load_si512(kn + i * 64));
-      if (pf && more2) _mm_prefetch(kp + i * 64, _MM_HINT_T1);
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(kb + k_offset(false, i)));
-      burn(s, bk);
-    }
-    for (size_t i = 0; i < kLines; ++i) {
-      if (more) _mm512_store_si512(vc + i * 64, _mm512_load_si512(vn + i * 64));
-      if (pf && more2) _mm_prefetch(vp + i * 64, _MM_HINT_T1);
-      s.a = _mm512_add_epi64(s.a, _mm512_load_si512(vb + v_offset(false, i)));
-      burn(s, bv);
-    }
-  }
   __asm__ volatile("" ::"v"(s.a), "v"(s.f0), "v"(s.f1), "v"(s.f2), "v"(s.f3));
 }
 
@@ -246,45 +204,40 @@ int main(int argc, char** argv) {
     std::memset(p, static_cast<int>(i), alloc);
     (i % 2 ? vs : ks).push_back(p);
   }
-  struct Config {
-    const char* name;
-    bool krows, vrows, pf;
-    size_t touch;
-  };
-  const Config configs[] = {{"K tiles, V tiles, no prefetch", false, false, false, 0},
-                            {"K tiles, V tiles, next block  ", false, false, true, 0},
-                            {"K rows,  V tiles, no prefetch", true, false, false, 0},
-                            {"K tiles, V rows,  no prefetch", false, true, false, 0},
-                            {"K rows,  V rows,  no prefetch", true, true, false, 0},
-                            {"K rows,  V rows,  next block  ", true, true, true, 0},
-                            {"tiles, touch 64 lines ahead   ", false, false, false, 64},
-                            {"tiles, touch 256 lines ahead  ", false, false, false, 256},
-                            {"tiles, touch 1024 lines ahead ", false, false, false, 1024},
-                            {"tiles, touch 256 + next block ", false, false, true, 256},
-                            {"tiles from a copy             ", false, false, false, 1},
-                            {"tiles from a copy, pf after   ", false, false, true, 1},
-                            {"BLOCKED tiles, no prefetch    ", false, false, false, 0},
-                            {"BLOCKED tiles, next block     ", false, false, true, 0},
-                            {"K, V 2 keys at a time, no pf  ", false, false, false, 0},
-                            {"K, V 2 keys at a time, next   ", false, false, true, 0}};
-  constexpr int kConfigs = 16;
-  std::vector<double> cold[kConfigs], hot[kConfigs], rd;
+  std::vector<Config> configs = {{"K tiles, V tiles, no prefetch", kTiles, kTiles, false, 0, false},
+                                 {"K tiles, V tiles, next block  ", kTiles, kTiles, true, 0, false},
+                                 {"K rows,  V tiles, no prefetch", kRows, kTiles, false, 0, false},
+                                 {"K tiles, V rows,  no prefetch", kTiles, kRows, false, 0, false},
+                                 {"K rows,  V rows,  no prefetch", kRows, kRows, false, 0, false},
+                                 {"K rows,  V rows,  next block  ", kRows, kRows, true, 0, false},
+                                 {"tiles, touch 64 lines ahead   ", kTiles, kTiles, false, 64, false},
+                                 {"tiles, touch 256 lines ahead  ", kTiles, kTiles, false, 256, false},
+                                 {"tiles, touch 1024 lines ahead ", kTiles, kTiles, false, 1024, false},
+                                 {"tiles, touch 256 + next block ", kTiles, kTiles, true, 256, false},
+                                 {"tiles from a copy             ", kTiles, kTiles, false, 0, true},
+                                 {"tiles from a copy, pf after   ", kTiles, kTiles, true, 0, true},
+                                 {"BLOCKED tiles, no prefetch    ", kBlocked, kBlocked, false, 0, false},
+                                 {"BLOCKED tiles, next block     ", kBlocked, kBlocked, true, 0, false},
+                                 {"K, V 2 keys at a time, no pf  ", kPairs, kPairs, false, 0, false},
+                                 {"K, V 2 keys at a time, next   ", kPairs, kPairs, true, 0, false}};
+  for (Config& f : configs)
+    for (size_t i = 0; i < kLines; ++i) {
+      f.koff.push_back(static_cast<uint32_t>(k_offset(f.k, i)));
+      f.voff.push_back(static_cast<uint32_t>(v_offset(f.v, i)));
+    }
+  const size_t n = configs.size();
+  std::vector<std::vector<double>> cold(n), hot(n);
+  std::vector<double> rd;
   size_t next = 1;
   for (int r = 0; r < rounds; ++r) {
-    for (int c = 0; c < kConfigs; ++c) {
-      const Config& f = configs[c];
-      g_blocked = c >= kConfigs - 4 && c < kConfigs - 2;
-      g_group = c >= kConfigs - 2 ? 2 : 0;  // the last two
-      if (g_group)
-        for (size_t i = 0; i < kLines; ++i)
-          g_koff[i] = static_cast<uint32_t>(k_offset(false, i)), g_voff[i] = static_cast<uint32_t>(v_offset(false, i));
-      size_t l = next++ % (layers - 1) + 1;  // layer 0 is the from-cache one
+    for (size_t c = 0; c < n; ++c) {
+      const size_t l = next++ % (layers - 1) + 1;  // layer 0 is the from-cache one
       double t0 = now();
-      item(ks[l], vs[l], keys, bk, bv, f.krows, f.vrows, f.pf, f.touch);
+      item(configs[c], ks[l], vs[l], keys, bk, bv);
       cold[c].push_back(now() - t0);
-      item(ks[0], vs[0], keys, bk, bv, f.krows, f.vrows, f.pf, f.touch);  // into cache
+      item(configs[c], ks[0], vs[0], keys, bk, bv);  // into cache
       t0 = now();
-      item(ks[0], vs[0], keys, bk, bv, f.krows, f.vrows, f.pf, f.touch);
+      item(configs[c], ks[0], vs[0], keys, bk, bv);
       hot[c].push_back(now() - t0);
     }
     const size_t l = next++ % (layers - 1) + 1;
@@ -300,7 +253,7 @@ int main(int argc, char** argv) {
   std::printf("keys %zu, burn K %d V %d, %d rounds, %zu caches in rotation: read %.0f us (%.1f GB/s)\n", keys, bk, bv,
               rounds, layers - 1, r * 1e6, 2.0 * static_cast<double>(bytes) / r / 1e9);
   std::printf("  %-30s %9s %9s %9s %9s\n", "order, prefetch", "cold us", "x read", "cache us", "cold-cache");
-  for (int c = 0; c < kConfigs; ++c) {
+  for (size_t c = 0; c < n; ++c) {
     const double tc = median(cold[c]), th = median(hot[c]);
     std::printf("  %-30s %9.0f %9.2f %9.0f %9.0f\n", configs[c].name, tc * 1e6, tc / r, th * 1e6, (tc - th) * 1e6);
   }
