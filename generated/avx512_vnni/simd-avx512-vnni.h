@@ -140,36 +140,83 @@ inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, i
   store_u8_dots_4x4(dreduce16_v(acc), lane_bias4(bias), key_sums4(ks), out, ldd);
 }
 
-// Decode's lane-tiled Q.K^T (u8 scheme, the 4 query rows of one KV head): qt[c] holds bytes
-// [16c, 16c + 16) of every row, row r in 128-bit lane r, so one key's 16 bytes broadcast to the four
-// lanes meet all four rows in one vpdpbusd. A 4-key tile's 16 dots then come out of a transpose
-// inside the lanes (lane_sums4: 9 instructions) rather than a 16-vector reduction tree (45).
+// Decode's lane-tiled Q.K^T (u8 scheme, the 4 query rows of one KV head), in one of two forms by
+// head dim; both give qk_u8_finish_4x4's dots exactly, and a 4-key tile's 16 dots come out of a
+// transpose inside the lanes (lane_sums4: 9 instructions) rather than a 16-vector reduction tree (45).
+// - Broadcast (D 64): qt[c] holds bytes [16c, 16c + 16) of every row, row r in 128-bit lane r, so
+//   one key's 16 bytes broadcast to the four lanes meet all four rows in one vpdpbusd.
+// - Rotated (D 128 and up): no broadcasts. A key's 64-byte pieces are loaded as they are (lane L =
+//   bytes [16L, 16L + 16) of the piece) and qt[4h + rot] holds, in lane L, row (L + rot) % 4's bytes
+//   of the same place; the four rotations' dots, their lanes turned back by rot and added, leave
+//   lane r = row r's partial sums. Paired A/B on the Zen 4 VM (2026-12-04, llama3-8b decode, the
+//   bench's 2 MiB pages, 5 ms pause; rotated / broadcast): 2048 keys hot 0.973-0.980, cold
+//   0.999-1.008; 8192 keys hot 0.957-1.002, cold 0.972-0.999. The tile alone, from L1: 4.0-4.1
+//   against 4.6 ns per key and KV head (tools/qk_lane_tile_probe.cpp). At D 64, one piece per key,
+//   the three lane turns cost more than the four broadcasts save (1.003-1.021).
 template <size_t HD>
+constexpr bool kRotatedLaneTile = HD >= 128;
+// Lane r of the result = lane (r - N) mod 4 of x.
+template <int N>
+inline vi rotate_lanes(vi x) {
+  constexpr int s0 = (4 - N) % 4, s1 = (5 - N) % 4, s2 = (6 - N) % 4, s3 = (7 - N) % 4;
+  return _mm512_shuffle_i32x4(x, x, s0 | (s1 << 2) | (s2 << 4) | (s3 << 6));
+}
+// ROT: the form (a parameter so that tools/qk_lane_tile_probe.cpp can time both at one head dim).
+template <size_t HD, bool ROT = kRotatedLaneTile<HD>>
 inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
   static_assert(HD % 64 == 0, "whole 64-byte steps");
-  for (size_t h = 0; h < HD / 64; ++h) {  // a 4 x 4 transpose of 128-bit blocks per 64 bytes
+  for (size_t h = 0; h < HD / 64; ++h) {
     const vi a0 = _mm512_loadu_si512(q + 64 * h), a1 = _mm512_loadu_si512(q + ldq + 64 * h);
     const vi a2 = _mm512_loadu_si512(q + 2 * ldq + 64 * h), a3 = _mm512_loadu_si512(q + 3 * ldq + 64 * h);
-    const vi t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a0, a1, 0xEE);
-    const vi t2 = _mm512_shuffle_i32x4(a2, a3, 0x44), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
-    qt[4 * h] = _mm512_shuffle_i32x4(t0, t2, 0x88);
-    qt[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
-    qt[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
-    qt[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+    if constexpr (ROT) {  // lane L from row (L + rot) % 4: three qword blends
+      const vi a[4] = {a0, a1, a2, a3};
+      for (int rot = 0; rot < 4; ++rot) {
+        const vi x = _mm512_mask_blend_epi64(0x0C, a[rot], a[(rot + 1) % 4]);
+        const vi y = _mm512_mask_blend_epi64(0x30, x, a[(rot + 2) % 4]);
+        qt[4 * h + rot] = _mm512_mask_blend_epi64(0xC0, y, a[(rot + 3) % 4]);
+      }
+    } else {  // a 4 x 4 transpose of 128-bit blocks
+      const vi t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a0, a1, 0xEE);
+      const vi t2 = _mm512_shuffle_i32x4(a2, a3, 0x44), t3 = _mm512_shuffle_i32x4(a2, a3, 0xEE);
+      qt[4 * h] = _mm512_shuffle_i32x4(t0, t2, 0x88);
+      qt[4 * h + 1] = _mm512_shuffle_i32x4(t0, t2, 0xDD);
+      qt[4 * h + 2] = _mm512_shuffle_i32x4(t1, t3, 0x88);
+      qt[4 * h + 3] = _mm512_shuffle_i32x4(t1, t3, 0xDD);
+    }
   }
 }
 // Four keys against one head's lane tiles: out[r * ldd + j] = sum (q_r + 128) k_j - bias[r] * sum k_j,
 // in wrapping int32: qk_u8_finish_4x4's dots, exactly.
-template <size_t HD>
+template <size_t HD, bool ROT = kRotatedLaneTile<HD>>
 inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk, int32_t* out, size_t ldd) {
   vi acc[4], ks[4];
-  for (int j = 0; j < 4; ++j) acc[j] = ks[j] = _mm512_setzero_si512();
-  for (size_t c = 0; c < HD / 16; ++c)
+  if constexpr (ROT) {
+    const vi ones = _mm512_set1_epi8(1);
+    vi r[4][4];
+    for (int j = 0; j < 4; ++j) {
+      ks[j] = _mm512_setzero_si512();
+      for (int rot = 0; rot < 4; ++rot) r[j][rot] = _mm512_setzero_si512();
+    }
+    for (size_t h = 0; h < HD / 64; ++h) {  // the four keys' lines of a piece before the next piece's
+      vi kv[4];
+      for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_si512(k + j * ldk + 64 * h);
+      for (int j = 0; j < 4; ++j) {
+        for (int rot = 0; rot < 4; ++rot) r[j][rot] = _mm512_dpbusd_epi32(r[j][rot], qt[4 * h + rot], kv[j]);
+        ks[j] = _mm512_dpbusd_epi32(ks[j], ones, kv[j]);
+      }
+    }
     for (int j = 0; j < 4; ++j)
-      acc[j] = _mm512_dpbusd_epi32(acc[j], qt[c],
-                                   _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + j * ldk + 16 * c))));
-  for (size_t h = 0; h < HD / 64; ++h)
-    for (int j = 0; j < 4; ++j) ks[j] = ksum_step(ks[j], _mm512_loadu_si512(k + j * ldk + 64 * h));
+      acc[j] = _mm512_add_epi32(_mm512_add_epi32(r[j][0], rotate_lanes<1>(r[j][1])),
+                                _mm512_add_epi32(rotate_lanes<2>(r[j][2]), rotate_lanes<3>(r[j][3])));
+  } else {
+    for (int j = 0; j < 4; ++j) acc[j] = ks[j] = _mm512_setzero_si512();
+    for (size_t c = 0; c < HD / 16; ++c)
+      for (int j = 0; j < 4; ++j)
+        acc[j] = _mm512_dpbusd_epi32(acc[j], qt[c],
+                                     _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + j * ldk + 16 * c))));
+    for (size_t h = 0; h < HD / 64; ++h)
+      for (int j = 0; j < 4; ++j) ks[j] = ksum_step(ks[j], _mm512_loadu_si512(k + j * ldk + 64 * h));
+  }
   store_u8_dots_4x4(lane_sums4(acc), bias, key_sums4(ks), out, ldd);  // lane r: row r's dots with keys 0..3
 }
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
