@@ -14,7 +14,8 @@ Both run on the same inputs, alternating call by call (ABBA order), and their ou
 same bits unless --allow-diff. Printed: each build's median time and the median over pairs of
 B/A (below 1: B is faster). Cold: the caches of --layers layers in rotation, back to back (each
 call's K/V last read --layers calls ago); hot: an untimed call on the same layer before each timed
-one. On a shared VM, repeat a comparison a few times: ratios move by a few percent between runs.
+one. Each layer's arrays are allocated as the bench's are (--numpy-arrays: as numpy's). On a
+shared VM, repeat a comparison a few times: ratios move by a few percent between runs.
 """
 from __future__ import annotations
 
@@ -58,6 +59,10 @@ def main(argv=None) -> int:
                     help="before each timed call (and its hot re-warm), the bench's pause (_settle: quiet threads, "
                          "then busy cores) of this length; 0: back to back")
     ap.add_argument("--allow-diff", action="store_true", help="do not require bit-identical outputs")
+    ap.add_argument("--numpy-arrays", action="store_true",
+                    help="each layer's arrays as numpy allocates them (large ones start 16 bytes past a page: "
+                         "every 64-byte load of K straddles two lines; 4 KiB pages) instead of the bench's "
+                         "(64-byte aligned, on 2 MiB pages where the OS grants them: _bench.on_huge_pages)")
     args = ap.parse_args(argv)
 
     isa = args.isa or _dispatch.get_isa()
@@ -69,7 +74,9 @@ def main(argv=None) -> int:
     v8, vs, vz = quantize_per_token(rng.standard_normal((1, s_kv, hkv, d), dtype=np.float32))
     q8, qs, qz = quantize_per_token(rng.standard_normal((1, 1, hq, d), dtype=np.float32))
     n_layers = args.layers if args.regime == "cold" else 1
-    layers = [[np.copy(a) for a in (k8, ks, kz, v8, vs, vz)] for _ in range(n_layers)]
+    arrays = (k8, ks, kz, v8, vs, vz)
+    layers = [[np.copy(a) for a in arrays] if args.numpy_arrays else _bench.on_huge_pages(arrays)
+              for _ in range(n_layers)]
     outs = {n: np.empty(q8.shape, np.float32) for n in builds}
     scale = 1.0 / np.sqrt(d)
 
