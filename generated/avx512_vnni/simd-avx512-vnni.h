@@ -150,8 +150,8 @@ inline void qk_u8_finish_4x4(const vi* acc, const vi* ks, const int32_t* bias, i
 //   of the same place; the four rotations' dots, their lanes turned back by rot and added, leave
 //   lane r = row r's partial sums. Paired A/B on the Zen 4 VM (2026-12-04, llama3-8b decode, the
 //   bench's 2 MiB pages, 5 ms pause; rotated / broadcast): 2048 keys hot 0.973-0.980, cold
-//   0.999-1.008; 8192 keys hot 0.957-1.002, cold 0.972-0.999. The tile alone, from L1: 4.0-4.1
-//   against 4.6 ns per key and KV head (tools/qk_lane_tile_probe.cpp). At D 64, one piece per key,
+//   0.999-1.008; 8192 keys hot 0.957-1.002, cold 0.972-0.999. The tile alone, from L1: 4.05-4.76
+//   against 4.62-5.09 ns per key and KV head (tools/qk_lane_tile_probe.cpp). At D 64, one piece per key,
 //   the three lane turns cost more than the four broadcasts save (1.003-1.021).
 template <size_t HD>
 constexpr bool kRotatedLaneTile = HD >= 128;
