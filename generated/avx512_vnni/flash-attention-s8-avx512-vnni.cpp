@@ -707,7 +707,8 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
   size_t j = 0, step = 0;
   // One row tile per head (GQA 4): the lane-tiled dots (qk_lane_tile_4x4), the heads' lane tiles
   // built once per block. Against qk_tile (paired A/B, decode at 2048 keys, same dots): D 64
-  // 0.92-0.96 hot and cold; D 128 0.99-1.00, where the dot instructions themselves set the pace.
+  // 0.92-0.96 hot and cold; D 128 0.99-1.00 in the tile's broadcast form, whose broadcasts and
+  // finish cost about as much as qk_tile's reduction (its rotated form since: simd_prelude).
   constexpr size_t kLaneHeads = 16;
   if constexpr (HD != 0 && HD % 64 == 0) {
     if (Mh == 4 && hg <= kLaneHeads) {
