@@ -22,6 +22,11 @@
 //   even-pf   the same lines spread evenly over all the block's steps
 //   pages-pf  phase-pf into L1 (prefetcht0), after one load from each 4 KiB page of the next
 //             block (qsdpa's scheme since 2026-12-02: touch_pages in templates/flash_attention.cpp.j2)
+//   even+soft, pages+soft  even-pf and pages-pf with the least a softmax can do between Q.K^T and
+//             P.V (softmax_min: each score from its dot and scales, the row's max, exp, the sum,
+//             the V scale folded into the weight, the V zero-point term), P.V using its weights
+//   soft-hot  even+soft on a cache of its own, stepped once, untimed, right before each timed call:
+//             the step's compute with its K and V in cache, after the same pause
 // With layers=1 the same cache every call: the compute alone (from cache).
 //
 // On the Zen 5 VM of 2026-12-02 (docs/benchmarks.md), 2048 keys, median ratios to the read over this
@@ -53,6 +58,17 @@
 // read, though, ran at 50-56 GB/s at 2 threads only with the prefetching steps between its calls
 // (36.9 GB/s with them replaced by reads, as the bench's floor reads): against that kind of floor
 // the step took about 1.0x at 2 threads and 1.2-1.75x at 1.
+//
+// The same VM, 2026-12-04 19:00-19:12 UTC, huge=1, 16 layers, 5 ms pause, medians of 200-300
+// calls: 1 thread, 2049 keys, seven runs: even+soft 226-257 us, 1.69-2.03x the read in the same
+// rounds (112-142 us); soft-hot 211-214 us, 1.50-1.61x (two runs). 8193 keys, seven runs:
+// even+soft 875-1025 us, 1.66-1.81x the read (484-574 us); soft-hot 910-933 us, 1.60-1.65x.
+// The read here is of K and V alone; the bench's floor also reads the qparams (3.9% more bytes).
+// Against the floors the bench's 19:00 run judged its 1-thread cold rows by (150.1 and 563.1 us),
+// even+soft was 1.51-1.71x (2049 keys) and 1.55-1.82x (8193), soft-hot 1.41-1.42x and 1.62-1.66x.
+// 2 threads, four runs: even+soft 127-159 us (2049 keys) and 472-573 us (8193), 0.99-1.24x and
+// 0.97-1.18x the bench's 2-thread floors of that run (128.6 and 486.9 us); soft-hot 113-128 and
+// 436-461 us.
 #include <immintrin.h>
 #include <sys/mman.h>
 #ifdef _OPENMP
@@ -60,6 +76,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -82,9 +99,59 @@ struct Cache {
 alignas(64) uint8_t g_q[kHeads][kRows][kDim];
 alignas(64) float g_w[kHeads][kRows][kBlock];
 alignas(64) thread_local float t_acc[kHeads][kRows][kDim];
+// soft-pf's block of dots, its weights, and the block's per-key K and V scales and V zero points.
+alignas(64) thread_local int32_t t_dots[kHeads][kRows][kBlock];
+alignas(64) thread_local float t_w[kHeads][kRows][kBlock];
+alignas(64) float g_ksc[kBlock], g_vsc[kBlock], g_vzp[kBlock];
 __m512i g_sink;
 
 enum Prefetch { kNone = 0, kPhase = 1, kEven = 2, kPages = 3 };
+
+// exp(x) as cheaply as this ISA allows at qsdpa's accuracy (its vexp's reduction and degree-6
+// polynomial; vscalefps for the 2^n, which also takes x -> -inf to 0).
+inline __m512 exp_min(__m512 x) {
+  const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.33654475f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// The least a block's softmax can do for one KV head's 4 rows: each score from its dot
+// (convert, times the row's and the key's scale), the row's max, exp, the sum, the V scale folded
+// into the weight and the V zero-point term. No masks, no rescale of the accumulators, no libm.
+// Its dots are a fixed block (t_dots) rather than the step's: no instruction here depends on the
+// values, and the step's own dots stay in its accumulators (no per-key reduction, as above).
+inline void softmax_min(int g, float* sums, float* zterms) {
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 coef = _mm512_set1_ps(0.01f + 0.001f * static_cast<float>(r));
+    __m512 s[kBlock / 16];
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < kBlock / 16; ++i) {
+      s[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(&t_dots[g][r][16 * i])),
+                           _mm512_mul_ps(coef, _mm512_load_ps(g_ksc + 16 * i)));
+      m = _mm512_max_ps(m, s[i]);
+    }
+    const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512 sum = _mm512_setzero_ps(), z = sum;
+    for (int i = 0; i < kBlock / 16; ++i) {
+      const __m512 p = exp_min(_mm512_sub_ps(s[i], vm));
+      sum = _mm512_add_ps(sum, p);
+      const __m512 w = _mm512_mul_ps(p, _mm512_load_ps(g_vsc + 16 * i));
+      _mm512_store_ps(&t_w[g][r][16 * i], w);
+      z = _mm512_fmadd_ps(w, _mm512_load_ps(g_vzp + 16 * i), z);
+    }
+    sums[r] += _mm512_reduce_add_ps(sum);
+    zterms[r] += _mm512_reduce_add_ps(z);
+  }
+}
 
 template <int PF>
 inline void fetch(const int8_t* base, size_t& done, size_t lines, size_t count) {
@@ -99,10 +166,11 @@ inline void touch_pages(const int8_t* p, size_t bytes) {
   __asm__ volatile("" ::"r"(sum));
 }
 
-template <int PF>
+template <int PF, bool SOFT = false>
 __attribute__((noinline)) void step(const Cache c, size_t keys) {
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, ks = a0;
+  float sums[kRows] = {}, zterms[kRows] = {};
   for (size_t n0 = 0; n0 < keys; n0 += kBlock) {
     const size_t nb = std::min<size_t>(kBlock, keys - n0);
     const size_t next = n0 + nb < keys ? std::min<size_t>(kBlock, keys - n0 - nb) : 0;
@@ -132,6 +200,8 @@ __attribute__((noinline)) void step(const Cache c, size_t keys) {
       }
     }
     for (int g = 0; g < kHeads; ++g) {
+      if (SOFT) softmax_min(g, sums, zterms);
+      const float(*wts)[kBlock] = SOFT ? t_w[g] : g_w[g];
       for (int t = 0; t < 2; ++t) {
         __m512 acc[kRows][4];
         for (int r = 0; r < kRows; ++r)
@@ -147,7 +217,7 @@ __attribute__((noinline)) void step(const Cache c, size_t keys) {
           for (int i = 0; i < 4; ++i)
             x[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + 16 * i))));
           for (int r = 0; r < kRows; ++r) {
-            const __m512 w = _mm512_set1_ps(g_w[g][r][j]);
+            const __m512 w = _mm512_set1_ps(wts[r][j]);
             for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_fmadd_ps(w, x[i], acc[r][i]);
           }
         }
@@ -159,6 +229,7 @@ __attribute__((noinline)) void step(const Cache c, size_t keys) {
     fetch<PF>(vn, dv, lines, lines);
   }
   g_sink = _mm512_xor_si512(_mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3)), ks);
+  if (SOFT) __asm__ volatile("" ::"m"(sums), "m"(zterms));
 }
 
 __attribute__((noinline)) void read_cache(const Cache c, size_t keys) {
@@ -180,7 +251,9 @@ void run(int mode, const Cache c, size_t keys) {
     case 1: step<kNone>(c, keys); break;
     case 2: step<kPhase>(c, keys); break;
     case 3: step<kEven>(c, keys); break;
-    default: step<kPages>(c, keys); break;
+    case 4: step<kPages>(c, keys); break;
+    case 6: step<kPages, true>(c, keys); break;
+    default: step<kEven, true>(c, keys); break;  // 5 (cold) and 7 (hot)
   }
 }
 
@@ -212,34 +285,41 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < bytes; ++i) c.k[i] = static_cast<int8_t>(i * 7), c.v[i] = static_cast<int8_t>(i * 13);
   }
   std::memset(g_q, 3, sizeof g_q);
+  for (int j = 0; j < kBlock; ++j) g_ksc[j] = 0.02f, g_vsc[j] = 0.03f, g_vzp[j] = static_cast<float>(j % 7) - 3.0f;
   for (int g = 0; g < kHeads; ++g)
     for (int r = 0; r < kRows; ++r)
       for (int j = 0; j < kBlock; ++j) g_w[g][r][j] = 1e-3f * static_cast<float>(j + 1);
-  const char* names[] = {"read", "nopf", "phase-pf", "even-pf", "pages-pf"};
-  constexpr int kModes = 5;
+  const char* names[] = {"read", "nopf", "phase-pf", "even-pf", "pages-pf", "even+soft", "pages+soft", "soft-hot"};
+  constexpr int kModes = 8, kHot = 7;
+  const Cache hot{alloc(), alloc()};  // soft-hot's: its own cache, read once right before each timed call
+  std::memcpy(hot.k, caches[0].k, bytes), std::memcpy(hot.v, caches[0].v, bytes);
+  auto call_step = [&](int m, const Cache c) {
+    if (threads == 1) {
+      run(m, c, keys);
+      return;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+      const size_t id = static_cast<size_t>(omp_get_thread_num());
+#else
+      const size_t id = 0;
+#endif
+      const size_t nt = static_cast<size_t>(threads);
+      const size_t a = keys * id / nt / 16 * 16, b = id + 1 == nt ? keys : keys * (id + 1) / nt / 16 * 16;
+      run(m, Cache{c.k + a * kKeyBytes, c.v + a * kKeyBytes}, b - a);
+    }
+  };
   std::vector<double> t[kModes];
   int next = 0;
   for (int call = 0; call < calls; ++call)
     for (int m = 0; m < kModes; ++m) {
       for (const double end = now() + pause; now() < end;) {
       }
-      const Cache c = caches[next++ % layers];
+      const Cache c = m == kHot ? hot : caches[next++ % layers];
+      if (m == kHot) call_step(m, c);  // untimed: the step's K and V in cache, its code and data warm
       const double t0 = now();
-      if (threads == 1) {
-        run(m, c, keys);
-      } else {
-#pragma omp parallel num_threads(threads)
-        {
-#ifdef _OPENMP
-          const size_t id = static_cast<size_t>(omp_get_thread_num());
-#else
-          const size_t id = 0;
-#endif
-          const size_t nt = static_cast<size_t>(threads);
-          const size_t a = keys * id / nt / 16 * 16, b = id + 1 == nt ? keys : keys * (id + 1) / nt / 16 * 16;
-          run(m, Cache{c.k + a * kKeyBytes, c.v + a * kKeyBytes}, b - a);
-        }
-      }
+      call_step(m, c);
       t[m].push_back(now() - t0);
     }
   double med[kModes];
