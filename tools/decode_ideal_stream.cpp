@@ -99,7 +99,7 @@ struct Cache {
 alignas(64) uint8_t g_q[kHeads][kRows][kDim];
 alignas(64) float g_w[kHeads][kRows][kBlock];
 alignas(64) thread_local float t_acc[kHeads][kRows][kDim];
-// soft-pf's block of dots, its weights, and the block's per-key K and V scales and V zero points.
+// The soft modes' block of dots and weights, and the block's per-key K and V scales and V zero points.
 alignas(64) thread_local int32_t t_dots[kHeads][kRows][kBlock];
 alignas(64) thread_local float t_w[kHeads][kRows][kBlock];
 alignas(64) float g_ksc[kBlock], g_vsc[kBlock], g_vzp[kBlock];
@@ -107,8 +107,9 @@ __m512i g_sink;
 
 enum Prefetch { kNone = 0, kPhase = 1, kEven = 2, kPages = 3 };
 
-// exp(x) as cheaply as this ISA allows at qsdpa's accuracy (its vexp's reduction and degree-6
-// polynomial; vscalefps for the 2^n, which also takes x -> -inf to 0).
+// exp(x) as cheaply as this ISA allows at qsdpa's accuracy: its vexp's reduction and degree-6
+// polynomial, with vscalefps for the 2^n. Without vexp's select of 0 below -87.34 (masked keys):
+// a bound may leave it out, and a decode step without a mask has none.
 inline __m512 exp_min(__m512 x) {
   const __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-87.33654475f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
