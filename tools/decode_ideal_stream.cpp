@@ -2,7 +2,7 @@
 // machine, with nothing but the work no kernel can skip? Against the read, in the same process.
 //
 //   g++ -O3 -fopenmp -mavx512f -mavx512bw -mavx512vnni -mfma tools/decode_ideal_stream.cpp -o /tmp/ideal
-//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1] [huge=0]
+//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1] [huge=0] [extra=0]
 //
 // The step: a llama3-8b decode (32 query heads, 8 KV heads, D 128) over K and V of [keys, 8, 128]
 // int8 (the [B, S, H, D] layout), in 64-key blocks of all heads, keys split evenly over `threads`
@@ -27,6 +27,12 @@
 //             the V scale folded into the weight, the V zero-point term), P.V using its weights
 //   soft-hot  even+soft on a cache of its own, stepped once, untimed, right before each timed call:
 //             the step's compute with its K and V in cache, after the same pause
+//   even+soft+qp  even+soft with each block's K and V scales and zero points read from the layer's
+//             own [keys, 8] arrays (float32 scales, int8 zero points, as the bench's), gathered per
+//             block head-major as qsdpa's gather_params does, with no prefetch of their own
+// extra: that many rounds of 8 independent FMAs per 64-key block of every step mode, after its P.V,
+// to give the step a kernel's pace from cache (soft-hot) and see how much memory time the same
+// prefetches then hide cold.
 // With layers=1 the same cache every call: the compute alone (from cache).
 //
 // On the Zen 5 VM of 2026-12-02 (docs/benchmarks.md), 2048 keys, median ratios to the read over this
@@ -69,6 +75,16 @@
 // 2 threads, four runs: even+soft 127-159 us (2049 keys) and 472-573 us (8193), 0.99-1.24x and
 // 0.97-1.18x the bench's 2-thread floors of that run (128.6 and 486.9 us); soft-hot 113-128 and
 // 436-461 us.
+//
+// The same VM, 2026-12-04 21:46-21:49 UTC, huge=1, 16 layers, 5 ms pause, with `extra` set so that
+// soft-hot took about what qsdpa's hot rows took in the bench's 21:35 run (1 thread: extra 1200 at
+// 2049 keys, 302 against 298 us; 1400 at 8193, 1304 against 1270; 2 threads: 1400, 163 against
+// 176 and 646 against 647): even+soft+qp cold took 329 and 1343 us at 1 thread, 182 and 696 at 2,
+// where qsdpa's cold rows in that run took 406, 1473, 287 and 863. Against that run's floors (154.9,
+// 583.0, 124.2 and 493.1 us) that is 2.12x, 2.30x, 1.46x and 1.41x. pages+soft (into L1 after the
+// page walks, no qparams) took 345, 1444, 188 and 738 us. So at qsdpa's pace from cache, a step
+// that overlaps its reads as this one does would pass the 2-thread targets and not the 1-thread
+// ones; qsdpa's own cold calls spend 77-167 us more than it.
 #include <immintrin.h>
 #include <sys/mman.h>
 #ifdef _OPENMP
@@ -94,6 +110,16 @@ constexpr size_t kKeyBytes = kHeads * kDim;  // one key's row of every head
 struct Cache {
   int8_t* k;
   int8_t* v;
+  const float* ksc = nullptr;  // per token and head ([keys, 8]); even+soft+qp's, unused elsewhere
+  const int8_t* kzp = nullptr;
+  const float* vsc = nullptr;
+  const int8_t* vzp = nullptr;
+  // The same layer from key a on (a thread's share).
+  Cache from(size_t a) const {
+    const size_t q = a * kHeads;
+    return {k + a * kKeyBytes, v + a * kKeyBytes, ksc ? ksc + q : nullptr, kzp ? kzp + q : nullptr,
+            vsc ? vsc + q : nullptr, vzp ? vzp + q : nullptr};
+  }
 };
 
 alignas(64) uint8_t g_q[kHeads][kRows][kDim];
@@ -103,7 +129,12 @@ alignas(64) thread_local float t_acc[kHeads][kRows][kDim];
 alignas(64) thread_local int32_t t_dots[kHeads][kRows][kBlock];
 alignas(64) thread_local float t_w[kHeads][kRows][kBlock];
 alignas(64) float g_ksc[kBlock], g_vsc[kBlock], g_vzp[kBlock];
+// even+soft+qp's gathered block: per head its K zero points (read, as the kernel's score pass
+// needs them) and its K scales, V scales and V zero points (used by softmax_min).
+alignas(64) thread_local int32_t t_kzp[kHeads][kBlock];
+alignas(64) thread_local float t_qp[kHeads][3][kBlock];
 __m512i g_sink;
+int g_extra = 0;
 
 enum Prefetch { kNone = 0, kPhase = 1, kEven = 2, kPages = 3 };
 
@@ -130,14 +161,14 @@ inline __m512 exp_min(__m512 x) {
 // into the weight and the V zero-point term. No masks, no rescale of the accumulators, no libm.
 // Its dots are a fixed block (t_dots) rather than the step's: no instruction here depends on the
 // values, and the step's own dots stay in its accumulators (no per-key reduction, as above).
-inline void softmax_min(int g, float* sums, float* zterms) {
+inline void softmax_min(int g, float* sums, float* zterms, const float* ksc, const float* vsc, const float* vzp) {
   for (int r = 0; r < kRows; ++r) {
     const __m512 coef = _mm512_set1_ps(0.01f + 0.001f * static_cast<float>(r));
     __m512 s[kBlock / 16];
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int i = 0; i < kBlock / 16; ++i) {
       s[i] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(&t_dots[g][r][16 * i])),
-                           _mm512_mul_ps(coef, _mm512_load_ps(g_ksc + 16 * i)));
+                           _mm512_mul_ps(coef, _mm512_load_ps(ksc + 16 * i)));
       m = _mm512_max_ps(m, s[i]);
     }
     const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(m));
@@ -145,13 +176,37 @@ inline void softmax_min(int g, float* sums, float* zterms) {
     for (int i = 0; i < kBlock / 16; ++i) {
       const __m512 p = exp_min(_mm512_sub_ps(s[i], vm));
       sum = _mm512_add_ps(sum, p);
-      const __m512 w = _mm512_mul_ps(p, _mm512_load_ps(g_vsc + 16 * i));
+      const __m512 w = _mm512_mul_ps(p, _mm512_load_ps(vsc + 16 * i));
       _mm512_store_ps(&t_w[g][r][16 * i], w);
-      z = _mm512_fmadd_ps(w, _mm512_load_ps(g_vzp + 16 * i), z);
+      z = _mm512_fmadd_ps(w, _mm512_load_ps(vzp + 16 * i), z);
     }
     sums[r] += _mm512_reduce_add_ps(sum);
     zterms[r] += _mm512_reduce_add_ps(z);
   }
+}
+
+// The block's scales and zero points, head-major, from the layer's [keys, 8] arrays.
+inline void gather_qparams(const Cache& c, size_t n0, size_t nb) {
+  for (size_t j = 0; j < nb; ++j)
+    for (int g = 0; g < kHeads; ++g) {
+      const size_t o = (n0 + j) * kHeads + static_cast<size_t>(g);
+      t_kzp[g][j] = c.kzp[o];
+      t_qp[g][0][j] = c.ksc[o];
+      t_qp[g][1][j] = c.vsc[o];
+      t_qp[g][2][j] = static_cast<float>(c.vzp[o]);
+    }
+}
+
+// `extra` rounds of 8 independent FMAs: compute that reads no memory.
+inline void extra_work(int rounds) {
+  __m512 e[8];
+  for (int i = 0; i < 8; ++i) e[i] = _mm512_set1_ps(1.0f + static_cast<float>(i));
+  const __m512 m = _mm512_set1_ps(0.999f), a = _mm512_set1_ps(0.001f);
+  for (int r = 0; r < rounds; ++r)
+    for (int i = 0; i < 8; ++i) e[i] = _mm512_fmadd_ps(e[i], m, a);
+  __m512 z = e[0];
+  for (int i = 1; i < 8; ++i) z = _mm512_add_ps(z, e[i]);
+  __asm__ volatile("" ::"v"(z));
 }
 
 template <int PF>
@@ -167,7 +222,7 @@ inline void touch_pages(const int8_t* p, size_t bytes) {
   __asm__ volatile("" ::"r"(sum));
 }
 
-template <int PF, bool SOFT = false>
+template <int PF, bool SOFT = false, bool QP = false>
 __attribute__((noinline)) void step(const Cache c, size_t keys) {
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, ks = a0;
@@ -200,8 +255,12 @@ __attribute__((noinline)) void step(const Cache c, size_t keys) {
         ks = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ks, ones, k0), ones, k1);
       }
     }
+    if (QP) gather_qparams(c, n0, nb);
     for (int g = 0; g < kHeads; ++g) {
-      if (SOFT) softmax_min(g, sums, zterms);
+      if (SOFT) {
+        if (QP) softmax_min(g, sums, zterms, t_qp[g][0], t_qp[g][1], t_qp[g][2]);
+        else softmax_min(g, sums, zterms, g_ksc, g_vsc, g_vzp);
+      }
       const float(*wts)[kBlock] = SOFT ? t_w[g] : g_w[g];
       for (int t = 0; t < 2; ++t) {
         __m512 acc[kRows][4];
@@ -226,6 +285,7 @@ __attribute__((noinline)) void step(const Cache c, size_t keys) {
           for (int i = 0; i < 4; ++i) _mm512_store_ps(&t_acc[g][r][t * 64 + i * 16], acc[r][i]);
       }
     }
+    extra_work(g_extra);
     fetch<PF>(kn, dk, lines, lines);
     fetch<PF>(vn, dv, lines, lines);
   }
@@ -254,6 +314,7 @@ void run(int mode, const Cache c, size_t keys) {
     case 3: step<kEven>(c, keys); break;
     case 4: step<kPages>(c, keys); break;
     case 6: step<kPages, true>(c, keys); break;
+    case 8: step<kEven, true, true>(c, keys); break;
     default: step<kEven, true>(c, keys); break;  // 5 (cold) and 7 (hot)
   }
 }
@@ -267,8 +328,10 @@ int main(int argc, char** argv) {
   const double pause = argc > 4 ? std::atof(argv[4]) : 0.0;
   const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
   const bool huge = argc > 6 && std::atoi(argv[6]) != 0;
-  if (keys < 16 || layers < 1 || calls < 1 || threads < 1) {
-    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1] [huge=0|1]\n", argv[0]);
+  g_extra = argc > 7 ? std::atoi(argv[7]) : 0;
+  if (keys < 16 || layers < 1 || calls < 1 || threads < 1 || g_extra < 0) {
+    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1] [huge=0|1] [extra>=0]\n",
+                 argv[0]);
     return 2;
   }
   std::vector<Cache> caches(layers);
@@ -280,9 +343,22 @@ int main(int argc, char** argv) {
     if (huge) madvise(p, bytes, MADV_HUGEPAGE);
     return static_cast<int8_t*>(p);
   };
+  // The scales and zero points: a buffer each (the bench keeps a layer's six arrays in one).
+  const size_t qp_bytes = (keys * kHeads * sizeof(float) + page - 1) / page * page;
+  auto alloc_qp = [&](float fill) {
+    void* p = std::aligned_alloc(page, qp_bytes);
+    if (huge) madvise(p, qp_bytes, MADV_HUGEPAGE);
+    float* f = static_cast<float*>(p);
+    for (size_t i = 0; i < keys * kHeads; ++i) f[i] = fill;  // read as int8 zero points: any bytes do
+    return f;
+  };
   for (Cache& c : caches) {
     c.k = alloc();
     c.v = alloc();
+    c.ksc = alloc_qp(0.02f);
+    c.vsc = alloc_qp(0.03f);
+    c.kzp = reinterpret_cast<const int8_t*>(alloc_qp(1.0f));
+    c.vzp = reinterpret_cast<const int8_t*>(alloc_qp(-2.0f));
     for (size_t i = 0; i < bytes; ++i) c.k[i] = static_cast<int8_t>(i * 7), c.v[i] = static_cast<int8_t>(i * 13);
   }
   std::memset(g_q, 3, sizeof g_q);
@@ -290,8 +366,9 @@ int main(int argc, char** argv) {
   for (int g = 0; g < kHeads; ++g)
     for (int r = 0; r < kRows; ++r)
       for (int j = 0; j < kBlock; ++j) g_w[g][r][j] = 1e-3f * static_cast<float>(j + 1);
-  const char* names[] = {"read", "nopf", "phase-pf", "even-pf", "pages-pf", "even+soft", "pages+soft", "soft-hot"};
-  constexpr int kModes = 8, kHot = 7;
+  const char* names[] = {"read",       "nopf",       "phase-pf", "even-pf",     "pages-pf",
+                         "even+soft", "pages+soft", "soft-hot", "even+soft+qp"};
+  constexpr int kModes = 9, kHot = 7;
   const Cache hot{alloc(), alloc()};  // soft-hot's: its own cache, read once right before each timed call
   std::memcpy(hot.k, caches[0].k, bytes), std::memcpy(hot.v, caches[0].v, bytes);
   auto call_step = [&](int m, const Cache c) {
@@ -308,7 +385,7 @@ int main(int argc, char** argv) {
 #endif
       const size_t nt = static_cast<size_t>(threads);
       const size_t a = keys * id / nt / 16 * 16, b = id + 1 == nt ? keys : keys * (id + 1) / nt / 16 * 16;
-      run(m, Cache{c.k + a * kKeyBytes, c.v + a * kKeyBytes}, b - a);
+      run(m, c.from(a), b - a);
     }
   };
   std::vector<double> t[kModes];
@@ -328,7 +405,7 @@ int main(int argc, char** argv) {
     std::sort(t[m].begin(), t[m].end());
     med[m] = t[m][t[m].size() / 2];
   }
-  std::printf("keys=%zu layers=%d pause=%gms threads=%d:", keys, layers, pause * 1e3, threads);
+  std::printf("keys=%zu layers=%d pause=%gms threads=%d extra=%d:", keys, layers, pause * 1e3, threads, g_extra);
   for (int m = 0; m < kModes; ++m) std::printf("  %s %.1f us (%.2fx read)", names[m], med[m] * 1e6, med[m] / med[0]);
   std::printf("  | read %.1f GB/s\n", 2.0 * static_cast<double>(keys * kKeyBytes) / med[0] / 1e9);
   return 0;
