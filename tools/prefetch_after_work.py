@@ -12,6 +12,9 @@ cores):
   torch   PyTorch fp32 SDPA on the same case (the bench's peer)
   et      ExecuTorch's custom_sdpa (fp32), the bench's peer
   faults  268 MB of fresh pages, one store per 4 KiB, freed (page faults and an munmap, nothing read)
+  faultkeep  the same, each round's pages freed at the start of the next round's
+  write   one store per 64-byte line of 268 MB mapped once, up front (dirty lines: no fault, no munmap)
+  munmap  256 MB mapped, one store per 2 MiB (128 page faults, little written), unmapped
   read    a 64 MB fp32 sum on torch's threads (a read of memory and nothing else)
 with each prefetch setting (the kernel's _set_prefetch_tuning: L1/L2 = prefetcht0/prefetcht1,
 then the eighths of the next block's K fetched during Q.K^T; "+walk" walks the pages first), all
@@ -28,6 +31,16 @@ in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:
 Prefetches into L2 lose up to a third after the peers' calls, a model layer's MLP, or page faults
 and an munmap alone (what it is in the hardware was not found; a plain read before the call hurt
 them in one run of two); prefetches into L1 take about the same time whatever ran before. Hence Zen 4's setting since then (templates/flash_attention.cpp.j2, PrefetchTuning).
+
+The same VM, 2026-12-04 21:50 UTC, 8192 keys, 2 threads, 20 rounds, L2/4 / L1/4: none 811 / 874,
+faults 1089 / 865, write 800 / 839, faultkeep 1039 / 849, munmap 939 / 833. Dirty lines do not
+hurt the prefetches into L2; page faults and unmaps do. In a second run (none, faults, munmap,
+torch; L2/4, L2+walk/4, L1/4): none 833 / 865 / 876, faults 1032 / 1043 / 900, munmap 982 / 848 /
+896. Walking the pages first restored L2 after the unmap alone, not after the faults. The effect
+outlasts a call and a pause, and then fades: with torch in the rounds, L2/4 took 1063 us in the
+`none` rows too (889-1063 in every row, L1/4 795-822); with faultkeep last in each round (none,
+write, munmap, faultkeep; 12 rounds), none 1092 / 849, write 778 / 833, munmap 824 / 876,
+faultkeep 1026 / 850.
 """
 from __future__ import annotations
 
@@ -67,6 +80,33 @@ def work_before(name: str, case: Case, x: _Inputs, threads: int):
             a[::1024] = 1.0
             return a[0]
         return faults
+    if name == "faultkeep":
+        kept = []
+
+        def faultkeep(i):
+            kept.clear()  # the previous round's pages go now
+            a = np.empty(67 << 20, np.float32)
+            a[::1024] = 1.0
+            kept.append(a)
+            return a[0]
+        return faultkeep
+    if name == "write":
+        buf = np.ones(67 << 20, np.float32)
+
+        def write(i):
+            buf[::16] = float(i)
+            return buf[0]
+        return write
+    if name == "munmap":
+        import mmap
+
+        def unmap(i):
+            m = mmap.mmap(-1, 256 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            for o in range(0, 256 << 20, 2 << 20):
+                m[o] = 1
+            m.close()
+            return 0
+        return unmap
     peers = _Peers()
     fns = peers.callables(case, x)
     key = {"torch": "torch fp32", "et": "ET fp32"}[name]
@@ -80,7 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ctx", type=int, default=8192, help="cached tokens (llama3-8b decode)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=25)
-    ap.add_argument("--before", default="none,mlp,torch,et", help="comma-separated: none, mlp, torch, et, faults, read")
+    ap.add_argument("--before", default="none,mlp,torch,et",
+                    help="comma-separated: none, mlp, torch, et, faults, faultkeep, write, munmap, read")
     ap.add_argument("--tunings", default="L2/4,L1/4", help="comma-separated: " + ", ".join(TUNINGS))
     args = ap.parse_args(argv)
 
