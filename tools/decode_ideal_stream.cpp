@@ -29,7 +29,8 @@
 //             the step's compute with its K and V in cache, after the same pause
 //   even+soft+qp  even+soft with each block's K and V scales and zero points read from the layer's
 //             own [keys, 8] arrays (float32 scales, int8 zero points, as the bench's), gathered per
-//             block head-major as qsdpa's gather_params does, with no prefetch of their own
+//             block head-major (a scalar loop; qsdpa's gather_params transposes 8 x 8), with no
+//             prefetch of their own
 // extra: that many rounds of 8 independent FMAs per 64-key block of every step mode, after its P.V,
 // to give the step a kernel's pace from cache (soft-hot) and see how much memory time the same
 // prefetches then hide cold.

@@ -32,7 +32,7 @@ Prefetches into L2 lose up to a third after the peers' calls, a model layer's ML
 and an munmap alone (what it is in the hardware was not found; a plain read before the call hurt
 them in one run of two); prefetches into L1 take about the same time whatever ran before. Hence Zen 4's setting since then (templates/flash_attention.cpp.j2, PrefetchTuning).
 
-The same VM, 2026-12-04 21:50 UTC, 8192 keys, 2 threads, 20 rounds, L2/4 / L1/4: none 811 / 874,
+The same VM, 2026-12-04 21:50-21:56 UTC, 8192 keys, 2 threads, 20 rounds, L2/4 / L1/4: none 811 / 874,
 faults 1089 / 865, write 800 / 839, faultkeep 1039 / 849, munmap 939 / 833. Dirty lines do not
 hurt the prefetches into L2; page faults and unmaps do. In a second run (none, faults, munmap,
 torch; L2/4, L2+walk/4, L1/4): none 833 / 865 / 876, faults 1032 / 1043 / 900, munmap 982 / 848 /
