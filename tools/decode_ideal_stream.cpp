@@ -2,7 +2,7 @@
 // machine, with nothing but the work no kernel can skip? Against the read, in the same process.
 //
 //   g++ -O3 -fopenmp -mavx512f -mavx512bw -mavx512vnni -mfma tools/decode_ideal_stream.cpp -o /tmp/ideal
-//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1] [huge=0] [extra=0]
+//   /tmp/ideal [keys=2049] [layers=16] [calls=200] [pause_s=0] [threads=1] [huge=0] [extra=0] [busy=0]
 //
 // The step: a llama3-8b decode (32 query heads, 8 KV heads, D 128) over K and V of [keys, 8, 128]
 // int8 (the [B, S, H, D] layout), in 64-key blocks of all heads, keys split evenly over `threads`
@@ -34,6 +34,13 @@
 // extra: that many rounds of 8 independent FMAs per 64-key block of every step mode, after its P.V,
 // to give the step a kernel's pace from cache (soft-hot) and see how much memory time the same
 // prefetches then hide cold.
+// busy=1: the pause keeps every core the step uses busy, as the bench's does (_settle: this thread
+// and threads - 1 helpers, which stop at its end). Run so with GOMP_SPINCOUNT=100 in the
+// environment, the OpenMP worker then sleeps after each region, on a core that stays busy, as
+// qsdpa's does in the bench's process (there libgomp manages more threads than CPUs and spins
+// ~100 times). Without both, the worker spins through the pause (libgomp's default spin outlasts
+// 5 ms) and a 2-thread step after it pays no wake at all; with the spin count alone, it wakes a
+// halted vCPU instead (2049 keys, extra=1400: cold 266-272 us against 176-181 with busy=0).
 // With layers=1 the same cache every call: the compute alone (from cache).
 //
 // On the Zen 5 VM of 2026-12-02 (docs/benchmarks.md), 2048 keys, median ratios to the read over this
@@ -86,6 +93,17 @@
 // page walks, no qparams) took 345, 1444, 188 and 738 us. So at qsdpa's pace from cache, a step
 // that overlaps its reads as this one does would pass the 2-thread targets and not the 1-thread
 // ones; qsdpa's own cold calls spend 77-167 us more than it.
+// That conclusion was wrong for 2 threads: those runs had busy=0, so their OpenMP worker was still
+// spinning when the step began, which in the bench's process it never is (see busy=1 above). The
+// same VM, 2026-12-05 00:20-00:22 UTC, huge=1, 16 layers, 5 ms pause, 2 threads, busy=1 with
+// GOMP_SPINCOUNT=100 (two runs each, then one busy=0 for comparison):
+//   extra=1400 (qsdpa's pace): even+soft+qp 233-234 us at 2049 keys (busy=0: 182), 730-735 at
+//   8193 (682); soft-hot 216-217 (164) and 696-699 (641). Against the 21:35 floors (124.2, 493.1
+//   us) that is 1.88x and 1.48-1.49x; qsdpa's cold rows then (287, 863 us) took 54 and 130 us more.
+//   extra=0: even+soft 168 us (121) and 502 (451), 1.35x and 1.02x those floors; soft-hot 158 (108).
+// The sleeping worker's wake costs such a step about 50 us. At qsdpa's compute pace even a step
+// that overlaps its reads this well fails the 2048-key 2-thread target and barely meets 8192's;
+// with the bare step's compute it would meet both.
 #include <immintrin.h>
 #include <sys/mman.h>
 #ifdef _OPENMP
@@ -99,6 +117,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -330,8 +349,10 @@ int main(int argc, char** argv) {
   const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
   const bool huge = argc > 6 && std::atoi(argv[6]) != 0;
   g_extra = argc > 7 ? std::atoi(argv[7]) : 0;
+  const bool busy = argc > 8 && std::atoi(argv[8]) != 0;
   if (keys < 16 || layers < 1 || calls < 1 || threads < 1 || g_extra < 0) {
-    std::fprintf(stderr, "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1] [huge=0|1] [extra>=0]\n",
+    std::fprintf(stderr,
+                 "usage: %s [keys>=16] [layers>=1] [calls>=1] [pause_s] [threads>=1] [huge=0|1] [extra>=0] [busy=0|1]\n",
                  argv[0]);
     return 2;
   }
@@ -393,7 +414,17 @@ int main(int argc, char** argv) {
   int next = 0;
   for (int call = 0; call < calls; ++call)
     for (int m = 0; m < kModes; ++m) {
-      for (const double end = now() + pause; now() < end;) {
+      {
+        const double end = now() + pause;
+        std::vector<std::thread> helpers;
+        for (int i = 1; busy && i < threads; ++i)
+          helpers.emplace_back([end] {
+            while (now() < end) {
+            }
+          });
+        while (now() < end) {
+        }
+        for (std::thread& h : helpers) h.join();
       }
       const Cache c = m == kHot ? hot : caches[next++ % layers];
       if (m == kHot) call_step(m, c);  // untimed: the step's K and V in cache, its code and data warm
@@ -406,7 +437,8 @@ int main(int argc, char** argv) {
     std::sort(t[m].begin(), t[m].end());
     med[m] = t[m][t[m].size() / 2];
   }
-  std::printf("keys=%zu layers=%d pause=%gms threads=%d extra=%d:", keys, layers, pause * 1e3, threads, g_extra);
+  std::printf("keys=%zu layers=%d pause=%gms%s threads=%d extra=%d:", keys, layers, pause * 1e3, busy ? " (busy cores)" : "",
+              threads, g_extra);
   for (int m = 0; m < kModes; ++m) std::printf("  %s %.1f us (%.2fx read)", names[m], med[m] * 1e6, med[m] / med[0]);
   std::printf("  | read %.1f GB/s\n", 2.0 * static_cast<double>(keys * kKeyBytes) / med[0] / 1e9);
   return 0;
