@@ -804,7 +804,8 @@ def format_row(res: Result) -> str:
         parts.append(f"{ours / res.floor_us:6.2f}x floor")
     for name, us in res.median_us.items():
         if name != "qsdpa":
-            parts.append(f"{name} {us / ours:6.2f}x")
+            busy = over_threaded(res, name)
+            parts.append(f"{name} {us / ours:6.2f}x" + (f" (on {busy:.2f} threads)" if busy else ""))
     return "  ".join(parts)
 
 
@@ -838,17 +839,33 @@ def _judge(t: TargetResult, value: float, ok: bool) -> TargetResult:
     return t
 
 
+# A peer whose timed calls kept more threads busy than the case's count by this much ran on a
+# pool of its own size (ExecuTorch's when _unsafe_reset_threadpool cannot be imported): the ratio
+# is then not at the case's thread count, and a target judged on it would be judged on a handicap.
+OVER_THREADED_MARGIN = 0.5
+
+
+def over_threaded(res: Result, peer: str) -> Optional[float]:
+    """The threads `peer` kept busy in `res` (CPU / wall), when that exceeds the case's threads."""
+    busy = res.parallelism.get(peer)
+    return busy if busy is not None and busy > res.case.threads + OVER_THREADED_MARGIN else None
+
+
 def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], minimum: float) -> TargetResult:
-    """qsdpa at least `minimum` times faster than the fastest of `peers` (min of their medians)."""
+    """qsdpa at least `minimum` times faster than the fastest of `peers` (min of their medians).
+    A peer that ran on more threads than the case counts as missing from the target (over_threaded)."""
     t = TargetResult(name, f">= {minimum:g}x")
     if res is None:
         t.note = "case not run"
         return t
     absent = [p for p in peers if p not in res.median_us]
-    if absent:
+    crowded = [p for p in peers if p in res.median_us and over_threaded(res, p) is not None]
+    if absent or crowded:
         t.status = MISSING
-        t.note = "; ".join(f"{p} missing ({res.missing.get(p, 'not timed in this case')})" for p in absent)
-        present = [p for p in peers if p in res.median_us]
+        t.note = "; ".join([f"{p} missing ({res.missing.get(p, 'not timed in this case')})" for p in absent]
+                           + [f"{p} not at t={res.case.threads}: its calls kept {over_threaded(res, p):.2f} threads "
+                              f"busy ({res.median_us[p] / res.median_us['qsdpa']:.2f}x as timed)" for p in crowded])
+        present = [p for p in peers if p in res.median_us and p not in crowded]
         if present:  # an upper bound only: the missing peer might be the faster one
             bound = min(res.median_us[p] for p in present) / res.median_us["qsdpa"]
             t.note += f"; vs {', '.join(present)} alone: {bound:.2f}x"

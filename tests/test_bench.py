@@ -184,6 +184,28 @@ def test_missing_peer_is_missing_not_passed():
     assert "0 pass, 0 fail, 2 missing a peer, 14 not measured" in lines[-1]
 
 
+def test_over_threaded_peer_is_missing_not_judged():
+    """ExecuTorch on its default pool (its thread control not importable) at a 1-thread case: its
+    ratio is not at the case's thread count, so the targets it decides are not judged on it."""
+    rs = _full_run()
+    rs[0].parallelism = {"qsdpa": 0.97, "torch fp32": 0.99, "ET int8": 1.95, "ET fp32": 1.87}
+    rs[0].median_us["ET fp32"] = 550.0   # the fastest fp32 peer, but only on two threads
+    twin = _res("decode", 2048, T, qsdpa=50.0, torch_fp32=300.0, ET_fp32=350.0, ET_int8=3000.0)
+    twin.parallelism = {"qsdpa": 1.9, "torch fp32": 1.9, "ET int8": 2.0, "ET fp32": 2.0}  # at t=2: in bounds
+    rs[2] = twin
+    got = _by_name(_bench.evaluate_targets(rs, T))
+    t = got["decode ctx=2048 t=1 hot: vs ET int8"]
+    assert (t.status, t.measured) == (_bench.MISSING, None)
+    assert "ET int8 not at t=1: its calls kept 1.95 threads busy (60.00x as timed)" in t.note
+    t = got["decode ctx=2048 t=1 hot: vs min(torch fp32, ET fp32)"]
+    assert (t.status, t.measured) == (_bench.MISSING, None)
+    assert "ET fp32 not at t=1" in t.note and "vs torch fp32 alone: 6.00x" in t.note
+    assert got["decode ctx=2048 t=2 hot: vs ET int8"].status == _bench.PASS
+    assert got["decode ctx=8192 t=1 hot: vs ET int8"].status == _bench.PASS  # no parallelism measured: judged
+    assert "ET int8  60.00x (on 1.95 threads)" in _bench.format_row(rs[0])
+    assert "(on" not in _bench.format_row(twin)
+
+
 def test_targets_not_measured_cases():
     rs = _full_run()
     # no floor (bandwidth not measured), no t=2 prefill, other model's cases ignored
