@@ -1096,7 +1096,8 @@ def fma_scaling_note(start: Dict, end: Dict, threads: int) -> str:
 
 def _ratio_cell(res: Result, name: str) -> str:
     if name in res.median_us:
-        return f"{res.median_us[name] / res.median_us['qsdpa']:.2f}x"
+        busy = over_threaded(res, name)
+        return f"{res.median_us[name] / res.median_us['qsdpa']:.2f}x" + (f" (on {busy:.2f} threads)" if busy else "")
     if name in res.missing:
         return "missing"
     return "-"

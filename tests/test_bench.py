@@ -204,6 +204,7 @@ def test_over_threaded_peer_is_missing_not_judged():
     assert got["decode ctx=8192 t=1 hot: vs ET int8"].status == _bench.PASS  # no parallelism measured: judged
     assert "ET int8  60.00x (on 1.95 threads)" in _bench.format_row(rs[0])
     assert "(on" not in _bench.format_row(twin)
+    assert "| 60.00x (on 1.95 threads) |" in _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T))
 
 
 def test_targets_not_measured_cases():
