@@ -804,8 +804,7 @@ def format_row(res: Result) -> str:
         parts.append(f"{ours / res.floor_us:6.2f}x floor")
     for name, us in res.median_us.items():
         if name != "qsdpa":
-            busy = over_threaded(res, name)
-            parts.append(f"{name} {us / ours:6.2f}x" + (f" (on {busy:.2f} threads)" if busy else ""))
+            parts.append(f"{name} {us / ours:6.2f}x" + threads_tag(res, name))
     return "  ".join(parts)
 
 
@@ -849,6 +848,12 @@ def over_threaded(res: Result, peer: str) -> Optional[float]:
     """The threads `peer` kept busy in `res` (CPU / wall), when that exceeds the case's threads."""
     busy = res.parallelism.get(peer)
     return busy if busy is not None and busy > res.case.threads + OVER_THREADED_MARGIN else None
+
+
+def threads_tag(res: Result, peer: str) -> str:
+    """What a ratio cell adds for an over-threaded peer: " (on N threads)", else nothing."""
+    busy = over_threaded(res, peer)
+    return f" (on {busy:.2f} threads)" if busy else ""
 
 
 def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], minimum: float) -> TargetResult:
@@ -1096,8 +1101,7 @@ def fma_scaling_note(start: Dict, end: Dict, threads: int) -> str:
 
 def _ratio_cell(res: Result, name: str) -> str:
     if name in res.median_us:
-        busy = over_threaded(res, name)
-        return f"{res.median_us[name] / res.median_us['qsdpa']:.2f}x" + (f" (on {busy:.2f} threads)" if busy else "")
+        return f"{res.median_us[name] / res.median_us['qsdpa']:.2f}x" + threads_tag(res, name)
     if name in res.missing:
         return "missing"
     return "-"
