@@ -991,8 +991,12 @@ def format_targets(targets: Sequence[TargetResult]) -> List[str]:
     return lines
 
 
-def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[str, Dict[str, Tuple[float, Optional[float]]]]]:
-    """For each case run at t=1 and t=all_threads: impl -> (time(1)/time(N), CPU/wall at N).
+ScalingCell = Tuple[float, Optional[float], Optional[float]]
+
+
+def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[str, Dict[str, ScalingCell]]]:
+    """For each case run at t=1 and t=all_threads: impl -> (time(1)/time(N), CPU/wall at N, the
+    threads it kept busy at t=1 when that was more than one: over_threaded, else None).
 
     CPU/wall is the CPU time of the process's threads over the wall time of a timed call (with the
     clock readings around it; see _thread_cpu), the median over the calls: on an otherwise idle
@@ -1009,10 +1013,18 @@ def thread_scaling(results: Sequence[Result], all_threads: int) -> List[Tuple[st
         rn = _find(results, c.kind, c.context, all_threads, c.regime, c.model, c.batch)
         if rn is None:
             continue
-        row = {name: (us / rn.median_us[name], rn.parallelism.get(name))
+        row = {name: (us / rn.median_us[name], rn.parallelism.get(name), over_threaded(r1, name))
                for name, us in r1.median_us.items() if name in rn.median_us}
         out.append((f"{c.kind} {c.model} B={c.batch} ctx={c.context} {c.regime}", row))
     return out
+
+
+def scaling_cell(cell: ScalingCell) -> str:
+    """'1.05 [1.9]', with ' (t=1 on 1.97 threads)' when the t=1 time was not at one thread: the
+    ratio then compares two multi-threaded runs and says nothing of how the library scales."""
+    ratio, busy, busy_t1 = cell
+    text = f"{ratio:.2f}" + (f" [{busy:.1f}]" if busy is not None else "")
+    return text + (f" (t=1 on {busy_t1:.2f} threads)" if busy_t1 is not None else "")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1183,12 +1195,13 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         lines += ["", "## Thread scaling", "",
                   "time(t=1) / time(t=N) per implementation, [CPU time of the process's threads / wall time "
                   "of a timed call at t=N, median over the calls, from per-thread CPU clocks: on an idle "
-                  "machine, about the number of threads it kept busy, spin-waiting included].", ""]
+                  "machine, about the number of threads it kept busy, spin-waiting included]; \"t=1 on N threads\": "
+                  f"its t=1 calls kept over {1 + OVER_THREADED_MARGIN:g} threads busy, so the ratio is not its "
+                  "scaling.", ""]
         names = [n for n in ("qsdpa",) + PEER_ORDER if any(n in row for _, row in scaling)]
         lines += ["| case | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
         for label, row in scaling:
-            cells = [f"{row[n][0]:.2f} [{row[n][1]:.1f}]" if n in row and row[n][1] is not None
-                     else (f"{row[n][0]:.2f}" if n in row else "-") for n in names]
+            cells = [scaling_cell(row[n]) if n in row else "-" for n in names]
             lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
     lines += ["", "## Targets", "",
               f"Issue 4: {TARGET_MODEL} (32 q / 8 kv heads, D 128), B=1; ratios of medians from this run. "
@@ -1427,8 +1440,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if scaling:
         print(f"thread scaling: time(t=1) / time(t={all_threads}) [CPU/wall at t={all_threads}]")
         for label, row in scaling:
-            print(f"  {label}: " + "  ".join(
-                f"{n} {v:.2f}" + (f" [{p:.1f}]" if p is not None else "") for n, (v, p) in row.items()))
+            print(f"  {label}: " + "  ".join(f"{n} {scaling_cell(cell)}" for n, cell in row.items()))
     targets = evaluate_targets(results, all_threads, fma_scaling_note(fma, meta["fma_end"], all_threads), paired)
     if all(t.status == NOT_MEASURED for t in targets):
         print(f"targets (issue 4): none measured in this run ({TARGET_MODEL} B=1 cases; run --targets)")

@@ -207,6 +207,22 @@ def test_over_threaded_peer_is_missing_not_judged():
     assert "| 60.00x (on 1.95 threads) |" in _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T))
 
 
+def test_scaling_flags_a_peer_over_threaded_at_one_thread():
+    """A peer that kept two threads busy in its t=1 case (ExecuTorch on its default pool) shows a
+    scaling ratio that is not its scaling: the table says so, for that peer only."""
+    rs = _full_run()
+    rs[0].parallelism = {"qsdpa": 0.97, "torch fp32": 1.4, "ET int8": 1.97}  # torch within the margin
+    rs[2].parallelism = {"qsdpa": 1.9, "torch fp32": 1.9, "ET int8": 2.0}
+    rows = dict(_bench.thread_scaling(rs, T))
+    row = rows["decode llama3-8b B=1 ctx=2048 hot"]
+    assert _bench.scaling_cell(row["ET int8"]) == "2.00 [2.0] (t=1 on 1.97 threads)"
+    assert _bench.scaling_cell(row["torch fp32"]) == "2.00 [1.9]"
+    assert _bench.scaling_cell(row["qsdpa"]) == "2.00 [1.9]"
+    assert _bench.scaling_cell(row["ET fp32"]) == "2.00"  # no CPU clocks for it: no bracket
+    md = _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T), _bench.thread_scaling(rs, T))
+    assert "| `decode llama3-8b B=1 ctx=2048 hot` | 2.00 [1.9] | 2.00 [1.9] | 2.00 [2.0] (t=1 on 1.97 threads) | 2.00 |" in md
+
+
 def test_targets_not_measured_cases():
     rs = _full_run()
     # no floor (bandwidth not measured), no t=2 prefill, other model's cases ignored
