@@ -850,10 +850,15 @@ def over_threaded(res: Result, peer: str) -> Optional[float]:
     return busy if busy is not None and busy > res.case.threads + OVER_THREADED_MARGIN else None
 
 
+def on_threads(busy: Optional[float], when: str = "") -> str:
+    """The tag for an over_threaded count: ' (on 1.97 threads)', or with `when` ' (t=1 on 1.97 threads)';
+    nothing for None. The one wording for results rows, markdown cells and the scaling table."""
+    return f" ({when}on {busy:.2f} threads)" if busy is not None else ""
+
+
 def threads_tag(res: Result, peer: str) -> str:
     """What a ratio cell adds for an over-threaded peer: " (on N threads)", else nothing."""
-    busy = over_threaded(res, peer)
-    return f" (on {busy:.2f} threads)" if busy else ""
+    return on_threads(over_threaded(res, peer))
 
 
 def _peer_ratio_target(name: str, res: Optional[Result], peers: Sequence[str], minimum: float) -> TargetResult:
@@ -1024,7 +1029,12 @@ def scaling_cell(cell: ScalingCell) -> str:
     ratio then compares two multi-threaded runs and says nothing of how the library scales."""
     ratio, busy, busy_t1 = cell
     text = f"{ratio:.2f}" + (f" [{busy:.1f}]" if busy is not None else "")
-    return text + (f" (t=1 on {busy_t1:.2f} threads)" if busy_t1 is not None else "")
+    return text + on_threads(busy_t1, "t=1 ")
+
+
+def format_scaling_row(label: str, row: Dict[str, ScalingCell]) -> str:
+    """The text output's line for one thread_scaling row: 'label: qsdpa 1.95 [1.9]  ET int8 ...'."""
+    return f"{label}: " + "  ".join(f"{n} {scaling_cell(cell)}" for n, cell in row.items())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1440,7 +1450,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if scaling:
         print(f"thread scaling: time(t=1) / time(t={all_threads}) [CPU/wall at t={all_threads}]")
         for label, row in scaling:
-            print(f"  {label}: " + "  ".join(f"{n} {scaling_cell(cell)}" for n, cell in row.items()))
+            print("  " + format_scaling_row(label, row))
     targets = evaluate_targets(results, all_threads, fma_scaling_note(fma, meta["fma_end"], all_threads), paired)
     if all(t.status == NOT_MEASURED for t in targets):
         print(f"targets (issue 4): none measured in this run ({TARGET_MODEL} B=1 cases; run --targets)")

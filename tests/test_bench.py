@@ -221,6 +221,12 @@ def test_scaling_flags_a_peer_over_threaded_at_one_thread():
     assert _bench.scaling_cell(row["ET fp32"]) == "2.00"  # no CPU clocks for it: no bracket
     md = _bench.markdown_report(_meta(), rs, _bench.evaluate_targets(rs, T), _bench.thread_scaling(rs, T))
     assert "| `decode llama3-8b B=1 ctx=2048 hot` | 2.00 [1.9] | 2.00 [1.9] | 2.00 [2.0] (t=1 on 1.97 threads) | 2.00 |" in md
+    assert _bench.format_scaling_row("decode llama3-8b B=1 ctx=2048 hot", row) == (
+        "decode llama3-8b B=1 ctx=2048 hot: qsdpa 2.00 [1.9]  torch fp32 2.00 [1.9]  ET fp32 2.00  "
+        "ET int8 2.00 [2.0] (t=1 on 1.97 threads)")
+    rs[0].parallelism["qsdpa"] = 1.6  # the same rule for qsdpa: over the margin is flagged
+    row = dict(_bench.thread_scaling(rs, T))["decode llama3-8b B=1 ctx=2048 hot"]
+    assert _bench.scaling_cell(row["qsdpa"]) == "2.00 [1.9] (t=1 on 1.60 threads)"
 
 
 def test_targets_not_measured_cases():
