@@ -112,6 +112,18 @@ inline void check_scales(const QParams& qp, const Dims& d, size_t n_tokens, cons
       }
 }
 
+// A float query must be finite: a NaN score would drop out of the softmax as if masked and an inf
+// one would take all the weight, so the call would return a plausible, wrong row.
+inline void check_finite_query(const Tensor<float>& q) {
+  int ok = 1;
+  for (size_t i = 0; i < q.size; ++i) ok &= std::fabs(q.data[i]) <= FLT_MAX;  // false for NaN
+  if (ok) return;
+  for (size_t i = 0; i < q.size; ++i)
+    if (!(std::fabs(q.data[i]) <= FLT_MAX))
+      throw py::value_error("query must be finite; found " + std::to_string(q.data[i]) + " at flat index " +
+                            std::to_string(i));
+}
+
 struct ParsedAttention {
   AttentionArgs args;
   bool empty;
@@ -271,6 +283,7 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
   A.kv_scale_fault = nullptr;
   r.qk = qk, r.qv = qv, r.dk = dk, r.dv = dv;
   if (!r.empty && !float_query) check_scales(qq, dq, dq.s, "q_scales");
+  if (!r.empty && float_query) check_finite_query(qf);
   if (!defer_kv_scales) check_kv_scales(r);
   return r;
 }

@@ -43,6 +43,16 @@ def _float_query_with_qparams(kw):
     kw["query"] = np.zeros((B, SQ, HQ, D), np.float32)
 
 
+def _float_query_holding(value):
+    """A float32 query (no q qparams) with one non-finite element: before the check it returned
+    finite rows (zeros for NaN, one V row for inf, and for -inf zeros on scalar, a V row on SIMD)."""
+    def edit(kw):
+        q = np.random.default_rng(3).standard_normal((B, SQ, HQ, D)).astype(np.float32)
+        q[0, 1, 2, 5] = value
+        kw.update(query=q, q_scales=None, q_zero_points=None)
+    return edit
+
+
 BAD = {
     # name: (edit, exception, message fragment)
     "query rank": (_replace("query", lambda kw: kw["query"][0]), ValueError, "query must be 4-D"),
@@ -63,6 +73,9 @@ BAD = {
     "bool start_pos": (_replace("start_pos", lambda kw: True), TypeError, "start_pos"),
     "missing q qparams": (_drop("q_scales"), ValueError, "q_scales"),
     "float query with qparams": (_float_query_with_qparams, ValueError, "q_scales"),
+    "NaN in float query": (_float_query_holding(np.nan), ValueError, "query must be finite"),
+    "inf in float query": (_float_query_holding(np.inf), ValueError, "query must be finite"),
+    "-inf in float query": (_float_query_holding(-np.inf), ValueError, "query must be finite"),
     "missing k qparams": (_drop("k_zero_points"), ValueError, "k_zero_points"),
     "missing v scales": (_drop("v_scales"), ValueError, "v_scales"),
     "missing v zero points": (_drop("v_zero_points"), ValueError, "v_zero_points"),
