@@ -28,7 +28,6 @@ import numpy as np
 from . import _dispatch, _entry, _interop, _threads
 from ._args import as_int
 from ._interop import Array
-from ._threads import get_num_threads
 
 ArrayT = TypeVar("ArrayT", bound=Array)  # the result comes back in the query's kind
 
@@ -110,7 +109,7 @@ def _quantized_sdpa_py(query: ArrayT, key: Array, value: Array, start_pos: int, 
             result = _empty(query.shape, _float32) if out is None else out
             selected = _dispatch._selection  # fixed once resolved; selection() resolves it
             module = selected.module if selected is not None else _dispatch.selection().module
-            threads = _threads._num_threads or get_num_threads()
+            threads = _threads._num_threads or _threads.call_threads()
             try:
                 module.quantized_sdpa(query, q_scales, q_zero_points, key, k_scales, k_zero_points, value, v_scales,
                                       v_zero_points, None, start_pos, is_causal, scale_value, is_seq_at_dim_2, result,
@@ -174,7 +173,11 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
     else:
         if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
             raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-        scale_value = float(scale)
+        try:
+            scale_value = float(scale)
+        except OverflowError:  # an int (or Fraction) beyond float range
+            raise ValueError("scale must be finite in float32 (|scale| <= 3.4028235e38), got a value of type "
+                             f"{type(scale).__name__} too large for float") from None
         if not (math.isfinite(scale_value) and abs(scale_value) <= _FLOAT32_MAX):
             raise ValueError(f"scale must be finite in float32 (|scale| <= 3.4028235e38), got {scale_value}")
     if out is None:
@@ -189,7 +192,7 @@ def _run(module, arr, start: int, causal: bool, scale_value: float, seq_dim2: bo
     """Run one variant module's kernel (tests call every variant through here)."""
     module.quantized_sdpa(arr["query"], arr["q_scales"], arr["q_zero_points"], arr["key"], arr["k_scales"],
                           arr["k_zero_points"], arr["value"], arr["v_scales"], arr["v_zero_points"], arr["attn_mask"],
-                          start, causal, scale_value, seq_dim2, result, get_num_threads(), force_splits)
+                          start, causal, scale_value, seq_dim2, result, _threads.call_threads(), force_splits)
     return result
 
 

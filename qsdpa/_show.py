@@ -10,7 +10,7 @@ import platform
 import sys
 from typing import List, Optional, TextIO
 
-from . import _dispatch, _entry
+from . import _dispatch, _entry, _threads
 from ._version import __version__
 
 
@@ -124,6 +124,7 @@ def runtime_report() -> str:
     built_with = f"OpenMP {p.openmp}" if p.openmp else "without OpenMP"
     lines.append(f"threads: OpenMP max threads {omp} (kernels built {built_with}), "
                  f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, cpu count {os.cpu_count()}")
+    lines.append(f"qsdpa kernel threads: {_threads.describe()}")
     runtimes = openmp_runtimes()
     if runtimes is None:
         lines.append("OpenMP runtime in this process: n/a (no /proc/self/maps)")

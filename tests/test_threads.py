@@ -16,6 +16,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from child_env import child_env
 
@@ -56,3 +57,54 @@ def test_split_decode_when_openmp_gives_fewer_threads(isa_name):
     assert r["variant"] == isa_name and r["omp_thread_limit"] == "1"
     assert all(s > 1 for s in r["kv_splits"]), "every case must be split"
     assert r["worst_error_over_tolerance"] <= 1.0
+
+
+# ---- set_num_threads' arguments (tools/repro/set_num_threads_huge.py) ---------------------------------------------
+
+@pytest.fixture
+def saved_threads():
+    import qsdpa
+
+    before = qsdpa.get_num_threads()
+    yield qsdpa
+    qsdpa.set_num_threads(before)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2**22 + 1, 2**31, 2**63, pytest.param(10**5000, id="10**5000")])
+def test_set_num_threads_rejects_out_of_range_counts(saved_threads, n):
+    qsdpa = saved_threads
+    before = qsdpa.get_num_threads()
+    with pytest.raises(ValueError, match=r"^n must be an int from 1 to 4194304 \(2\*\*22, the most threads Linux "
+                                         r"can have\), got "):
+        qsdpa.set_num_threads(n)
+    assert qsdpa.get_num_threads() == before  # nothing changed: later calls still work
+    x = np.random.default_rng(0).standard_normal((1, 8, 1, 16)).astype(np.float32)
+    q8, scales, zero_points = qsdpa.quantize_per_token(x)
+    out = qsdpa.quantized_sdpa(x[:, :1].copy(), q8, q8, 7, k_zero_points=zero_points, k_scales=scales,
+                               v_zero_points=zero_points, v_scales=scales)
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("n, kind", [(True, "bool"), (1.5, "float"), ("2", "str"), (None, "NoneType")])
+def test_set_num_threads_rejects_non_ints(saved_threads, n, kind):
+    with pytest.raises(TypeError, match=f"^n must be an int, got {kind}$"):
+        saved_threads.set_num_threads(n)
+
+
+def test_set_num_threads_accepts_the_whole_range(saved_threads):
+    qsdpa = saved_threads
+    for n in (1, np.int64(3), 2**22):  # only set: a 2**22-thread call is not made
+        qsdpa.set_num_threads(n)
+        assert qsdpa.get_num_threads() == int(n) and type(qsdpa.get_num_threads()) is int
+
+
+def test_thread_count_reaches_every_call_site(saved_threads):
+    """The C entry reads _threads._num_threads; after set_num_threads it is the new count once a call
+    has recorded it (call_threads), and every kernel call site resolves it the same way."""
+    from qsdpa import _threads
+
+    qsdpa = saved_threads
+    qsdpa.set_num_threads(2)
+    assert _threads.call_threads() == 2 and _threads._num_threads == 2 and _threads._parallel_ran
+    qsdpa.set_num_threads(1)
+    assert _threads._num_threads == 1 and _threads.call_threads() == 1
