@@ -47,6 +47,11 @@ struct AttentionArgs {
   // scales as it gathers them (kernel_checks_kv_scales), stops at a bad one, sets *kv_scale_fault
   // and leaves `out` unwritten; the caller then names the bad scale.
   int* kv_scale_fault;
+  // The largest K and V scale the call accepts, finite (<= FLT_MAX): a K scale above k_scale_limit
+  // could take a score, or an intermediate of one, past float32; a V scale above v_scale_limit the
+  // output accumulators (the binding's overflow bound, csrc/attention_binding.h). Checked with
+  // "> 0", wherever the scales are checked, in the same comparison as "finite".
+  float k_scale_limit, v_scale_limit;
 };
 
 // Per-call work decomposition, chosen by plan_attention() from the shape and the thread count.
@@ -92,6 +97,9 @@ struct ScratchLayout {
   // Flash-decoding partials, one record per item: max (M), sum (M), acc (M x D), each 64-B aligned.
   size_t partials_off, partial_record_bytes, partials_bytes;
   size_t total_bytes;
+  // nullptr, or (a size overflowed 64 bits: every size above is then meaningless) which product of
+  // the arguments overflowed. The kernels' own layouts cannot: their sizes come from arrays in memory.
+  const char* overflow;
 };
 
 // int8 query rows are stored as int16 (q - zq) zero-padded to a multiple of this many elements, so
@@ -101,38 +109,57 @@ constexpr size_t kQueryPad = 64;
 constexpr size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad - 1) / kQueryPad * kQueryPad; }
 
 // heads: KV heads whose block qparams are gathered together (AttentionPlan::heads_per_item).
+// Checked arithmetic: qsdpa.scratch_layout takes any sizes, and reports ScratchLayout::overflow.
 inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
                                     size_t partial_items, size_t heads = 1, bool convert_v = false) {
   ScratchLayout L{};
+  bool ovf = false;
+  const auto mul = [&ovf](size_t a, size_t b) {
+    size_t r;
+    ovf |= __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  const auto add = [&ovf](size_t a, size_t b) {
+    size_t r;
+    ovf |= __builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const auto aligned = [&add](size_t bytes) { return add(bytes, kScratchAlign - 1) & ~(kScratchAlign - 1); };
   size_t off = 0;
-  auto place = [&off](size_t bytes, size_t& at, size_t& size) {
+  auto place = [&off, &add, &aligned](size_t bytes, size_t& at, size_t& size) {
     at = off;
     size = bytes;
-    off += align_up(bytes);
+    off = add(off, aligned(bytes));
   };
   const size_t i8q = float_query ? 0 : 1;
-  place(float_query ? rows * head_dim * sizeof(float) : rows * query_row_elems(head_dim) * sizeof(int16_t), L.q_off,
+  const size_t q_elems = add(head_dim, kQueryPad - 1) / kQueryPad * kQueryPad;  // query_row_elems
+  place(float_query ? mul(mul(rows, head_dim), sizeof(float)) : mul(mul(rows, q_elems), sizeof(int16_t)), L.q_off,
         L.q_bytes);
-  place(i8q * rows * sizeof(float), L.qscale_off, L.qscale_bytes);
-  place(i8q * 2 * rows * sizeof(int32_t), L.qsum_off, L.qsum_bytes);
-  place(i8q * rows * kv_block * sizeof(int32_t), L.dots_off, L.dots_bytes);
-  place(rows * kv_block * sizeof(float), L.s_off, L.s_bytes);
-  place(4 * kv_block * sizeof(float) * heads, L.params_off, L.params_bytes);
-  place(convert_v ? 0 : kv_block * head_dim, L.vcopy_off, L.vcopy_bytes);
-  place(convert_v ? kv_block * head_dim * sizeof(float) : 0, L.vf32_off, L.vf32_bytes);
+  place(mul(i8q * rows, sizeof(float)), L.qscale_off, L.qscale_bytes);
+  place(mul(mul(i8q * 2, rows), sizeof(int32_t)), L.qsum_off, L.qsum_bytes);
+  place(mul(mul(i8q * rows, kv_block), sizeof(int32_t)), L.dots_off, L.dots_bytes);
+  place(mul(mul(rows, kv_block), sizeof(float)), L.s_off, L.s_bytes);
+  place(mul(mul(4 * sizeof(float), kv_block), heads), L.params_off, L.params_bytes);
+  place(convert_v ? 0 : mul(kv_block, head_dim), L.vcopy_off, L.vcopy_bytes);
+  place(convert_v ? mul(mul(kv_block, head_dim), sizeof(float)) : 0, L.vf32_off, L.vf32_bytes);
   // With KV splits every item is a split item and runs in its partial record: no row max, sum or
   // accumulator in the slice (16 KiB a thread for llama3-8b decode).
   const size_t running = partial_items ? 0 : 1;
-  place(running * rows * sizeof(float), L.max_off, L.max_bytes);
-  place(running * rows * sizeof(float), L.sum_off, L.sum_bytes);
-  place(2 * rows * sizeof(float), L.terms_off, L.terms_bytes);
-  place(running * rows * head_dim * sizeof(float), L.acc_off, L.acc_bytes);
+  place(mul(running * rows, sizeof(float)), L.max_off, L.max_bytes);
+  place(mul(running * rows, sizeof(float)), L.sum_off, L.sum_bytes);
+  place(mul(mul(2, rows), sizeof(float)), L.terms_off, L.terms_bytes);
+  place(mul(mul(running * rows, head_dim), sizeof(float)), L.acc_off, L.acc_bytes);
   L.slice_bytes = off;
+  if (ovf) L.overflow = "the slice size (from rows, kv_block, head_dim and heads)";
   L.threads = threads;
-  L.partials_off = L.slice_bytes * threads;
-  L.partial_record_bytes = partial_items ? 2 * align_up(rows * sizeof(float)) + align_up(rows * head_dim * sizeof(float)) : 0;
-  L.partials_bytes = L.partial_record_bytes * partial_items;
-  L.total_bytes = L.partials_off + L.partials_bytes;
+  L.partials_off = mul(L.slice_bytes, threads);
+  if (ovf && !L.overflow) L.overflow = "threads x the slice size";
+  L.partial_record_bytes = partial_items ? add(mul(2, aligned(mul(rows, sizeof(float)))),
+                                               aligned(mul(mul(rows, head_dim), sizeof(float))))
+                                         : 0;
+  L.partials_bytes = mul(L.partial_record_bytes, partial_items);
+  L.total_bytes = add(L.partials_off, L.partials_bytes);
+  if (ovf && !L.overflow) L.overflow = "partial_items x the partial record size (from rows and head_dim)";
   return L;
 }
 

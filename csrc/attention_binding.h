@@ -8,6 +8,10 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "array_checks.h"
@@ -75,53 +79,183 @@ inline QParams qparams(const py::handle& scales_, const py::handle& zps_, const 
   return QParams{sc.data, zp.data, ds.st, span_bytes(sc), span_bytes(zp)};
 }
 
-// Whether x[0], x[step], ... (n of them) are all finite and > 0. No branch per element: with
-// contiguous scales (step 1) the loop vectorises. A compare-and-branch per element took ~41 us per
-// 8193 x 8 scales, ~20 us of a 2048-key llama3-8b decode call, serial before the threads start.
-inline bool scales_valid(const float* x, size_t n, size_t step) {
+// Overflow guard. Finite inputs the checks above accept can still take float32 scores past FLT_MAX
+// (q_scales 1e30 with scale 1e10, a float query of 3e38): the softmax then returns a plausible,
+// wrong row, and scalar and SIMD disagree. So every score, and every intermediate of one, must stay
+// within kOverflowLimit = 2^125 (FLT_MAX / 8), with |q - zq|, |k - zk| <= 255 and |k| <= 128:
+//   int8 query: qcoef = q_scale * scale, qcoef * k_scale, and float(d) * (qcoef * k_scale) with the
+//     exact |d| <= D * 255 * 255 (flash_attention's epilogue, qk_gemm's);
+//   fp32 query: the fp32 dot sum q * k and the zero-point term zk * sum q, each <= 128 * D * max|q|,
+//     their difference <= 256 * D * max|q|; k_scale * scale; and the product (qk_gemm_f32a);
+//   softmax: s - row max >= -2^126; exp clamps its argument before multiplying it by log2(e).
+// And the output's: W = P * v_scale with P <= 1, so the accumulators (W.V and the zero-point term
+// z = sum W * zv) stay within n_keys * 255 * max v_scale, and so do the KV-split merge's sums.
+// Bounds from the maxima, so conservative by up to D x (a float query's max |q| in every element);
+// realistic inputs (scales 1e-3..1e2, scale 1/sqrt(D), D <= 256) are ~30 orders of magnitude below.
+// The query side's maxima come from the query checks; each K and V scale is then compared with the
+// limit they leave it (AttentionArgs::k_scale_limit / v_scale_limit) in the same comparison that
+// checks it is finite, so the K/V pass, on the decode hot path, costs what it did.
+constexpr double kOverflowLimit = 0x1p125;
+constexpr const char* kOverflowLimitText = "2^125 (4.25e+37)";
+
+// A float32 value in the fewest digits that read back as it (1e+34, not 9.9999998e+33); a
+// computed double (a product of them) to 6 digits.
+inline std::string num(float x) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+inline std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+inline std::string where(size_t b, size_t h, size_t s) {
+  return "batch " + std::to_string(b) + ", head " + std::to_string(h) + ", position " + std::to_string(s);
+}
+
+// What the K and V scale limits of a call come from, to name the factors when a scale exceeds one.
+struct OverflowBound {
+  float k_limit = FLT_MAX, v_limit = FLT_MAX;
+  bool float_query = false;
+  double scale = 0.0;  // |scale|
+  double q_max = 0.0;  // max q_scales (int8 query) or max |query| (float query)
+  size_t head_dim = 0, n_keys = 0;
+
+  std::string k_message(float x, const std::string& at) const {
+    const double d = static_cast<double>(head_dim), k = static_cast<double>(x);
+    const std::string xs = num(x), ss = num(static_cast<float>(scale)), qs = num(static_cast<float>(q_max));
+    const std::string head = "k_scales holds " + xs + " at " + at + ", and |scale| (" + ss + ") x ";
+    const std::string limit = " exceeds " + std::string(kOverflowLimitText) + "; with ";
+    if (!float_query)
+      return "scale x q_scales x k_scales can overflow float32 scores: " + head + "max q_scales (" + qs + ") x " + xs +
+             " x head_dim (" + std::to_string(head_dim) + ") x 255 x 255 = " + num(scale * q_max * k * d * 65025.0) +
+             limit + "these q_scales and scale, k_scales must be <= " + num(k_limit);
+    const double qpart = q_max * d * 256.0;
+    if (qpart >= 1.0)
+      return "scale x query x k_scales can overflow float32 scores: " + head + "max |query| (" + qs + ") x head_dim (" +
+             std::to_string(head_dim) + ") x 256 x " + xs + " = " + num(scale * qpart * k) + limit +
+             "this query and scale, k_scales must be <= " + num(k_limit);
+    return "scale x k_scales can overflow float32 scores: " + head + xs + " = " + num(scale * k) + limit +
+           "this scale, k_scales must be <= " + num(k_limit);
+  }
+  std::string v_message(float x, const std::string& at) const {
+    const double v = static_cast<double>(x);
+    return "v_scales can overflow the float32 output: v_scales holds " + num(x) + " at " + at + ", and keys (" +
+           std::to_string(n_keys) + ") x 255 x " + num(x) + " = " + num(static_cast<double>(n_keys) * 255.0 * v) +
+           " exceeds " + kOverflowLimitText + "; with " + std::to_string(n_keys) + " keys, v_scales must be <= " +
+           num(v_limit);
+  }
+};
+
+// Whether x[0], x[step], ... (n of them) are all > 0 and <= limit (a finite float: so all finite).
+// No branch per element: with contiguous scales (step 1) the loop vectorises. A compare-and-branch
+// per element took ~41 us per 8193 x 8 scales, ~20 us of a 2048-key llama3-8b decode call, serial
+// before the threads start.
+inline bool scales_valid(const float* x, size_t n, size_t step, float limit) {
   int ok = 1;
   if (step == 1) {
-    for (size_t i = 0; i < n; ++i) ok &= (x[i] > 0.0f) & (x[i] <= FLT_MAX);  // false for NaN and inf
+    for (size_t i = 0; i < n; ++i) ok &= (x[i] > 0.0f) & (x[i] <= limit);  // false for NaN and inf
   } else {
-    for (size_t i = 0; i < n; ++i) ok &= (x[i * step] > 0.0f) & (x[i * step] <= FLT_MAX);
+    for (size_t i = 0; i < n; ++i) ok &= (x[i * step] > 0.0f) & (x[i * step] <= limit);
   }
   return ok != 0;
 }
 
-// Every scale the kernel will read must be finite and > 0: tokens [0, n_tokens) of every row.
-inline void check_scales(const QParams& qp, const Dims& d, size_t n_tokens, const char* name) {
-  bool ok = true;
-  for (size_t b = 0; ok && b < d.b; ++b) {
+// The runs of scales of tokens [0, n_tokens) of every row, as (base, count, step): fn returns
+// false to stop.
+template <typename Fn>
+inline void for_scale_runs(const QParams& qp, const Dims& d, size_t n_tokens, Fn fn) {
+  bool go = true;
+  for (size_t b = 0; go && b < d.b; ++b) {
     const float* base = qp.scale + b * qp.st.b;
     if (qp.st.h == 1 && qp.st.s == d.h) {  // [B, S, H, 1] contiguous: one run of n_tokens x H
-      ok = scales_valid(base, n_tokens * d.h, 1);
+      go = fn(base, n_tokens * d.h, size_t(1));
     } else if (qp.st.s <= qp.st.h) {  // a row of tokens per head
-      for (size_t h = 0; ok && h < d.h; ++h) ok = scales_valid(base + h * qp.st.h, n_tokens, qp.st.s);
+      for (size_t h = 0; go && h < d.h; ++h) go = fn(base + h * qp.st.h, n_tokens, qp.st.s);
     } else {  // the heads of each token
-      for (size_t s = 0; ok && s < n_tokens; ++s) ok = scales_valid(base + s * qp.st.s, d.h, qp.st.h);
+      for (size_t s = 0; go && s < n_tokens; ++s) go = fn(base + s * qp.st.s, d.h, qp.st.h);
     }
   }
+}
+
+// Every scale the kernel will read, tokens [0, n_tokens) of every row, must be finite, > 0 and at
+// most `limit` (FLT_MAX, or the overflow bound's: `bound` names its factors, `is_k` which message).
+inline void check_scales(const QParams& qp, const Dims& d, size_t n_tokens, const char* name, float limit,
+                         const OverflowBound* bound = nullptr, bool is_k = true) {
+  bool ok = true;
+  for_scale_runs(qp, d, n_tokens,
+                 [&ok, limit](const float* x, size_t n, size_t step) { return ok = scales_valid(x, n, step, limit); });
   if (ok) return;
   for (size_t b = 0; b < d.b; ++b)  // name the first bad one
     for (size_t h = 0; h < d.h; ++h)
       for (size_t s = 0; s < n_tokens; ++s) {
         const float x = qp.scale[b * qp.st.b + h * qp.st.h + s * qp.st.s];
         if (!(x > 0.0f) || !std::isfinite(x))
-          throw py::value_error(std::string(name) + " must be finite and > 0; found " + std::to_string(x) + " at batch " +
-                                std::to_string(b) + ", head " + std::to_string(h) + ", position " + std::to_string(s));
+          throw py::value_error(std::string(name) + " must be finite and > 0; found " + std::to_string(x) + " at " +
+                                where(b, h, s));
+        if (!(x <= limit)) {
+          if (bound == nullptr)  // not reached: the limit is then FLT_MAX
+            throw py::value_error(std::string(name) + " must be <= " + num(limit) + "; found " + num(x) + " at " +
+                                  where(b, h, s));
+          throw py::value_error(is_k ? bound->k_message(x, where(b, h, s)) : bound->v_message(x, where(b, h, s)));
+        }
       }
 }
 
+// The largest of the scales check_scales would check, once every one is known finite and > 0 (it
+// raises otherwise). One unsigned max per element, no branch: a float's bits minus 1, as uint32,
+// grow with the value for every x > 0 and are above FLT_MAX's for +0 (wrapped), anything negative
+// (-0 included), NaN and the infinities.
+inline float checked_scales_max(const QParams& qp, const Dims& d, size_t n_tokens, const char* name) {
+  uint32_t m = 0;
+  const auto take = [&m](const float* p) {
+    uint32_t u;
+    std::memcpy(&u, p, sizeof u);
+    u -= 1u;
+    m = u > m ? u : m;
+  };
+  for_scale_runs(qp, d, n_tokens, [&take](const float* x, size_t n, size_t step) {
+    if (step == 1) {
+      for (size_t i = 0; i < n; ++i) take(x + i);
+    } else {
+      for (size_t i = 0; i < n; ++i) take(x + i * step);
+    }
+    return true;
+  });
+  constexpr uint32_t kFltMaxBits = 0x7f7fffffu;  // FLT_MAX's
+  if (m > kFltMaxBits - 1u) check_scales(qp, d, n_tokens, name, FLT_MAX);  // raises, naming the first bad one
+  const uint32_t bits = m + 1u;
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
+
 // A float query must be finite: a NaN score would drop out of the softmax as if masked and an inf
-// one would take all the weight, so the call would return a plausible, wrong row.
-inline void check_finite_query(const Tensor<float>& q) {
-  int ok = 1;
-  for (size_t i = 0; i < q.size; ++i) ok &= std::fabs(q.data[i]) <= FLT_MAX;  // false for NaN
-  if (ok) return;
+// one would take all the weight, so the call would return a plausible, wrong row. Returns max |q|:
+// the bits of |x| (sign cleared) grow with it, NaN and inf above every finite value's.
+inline float check_finite_query(const Tensor<float>& q) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < q.size; ++i) {
+    uint32_t u;
+    std::memcpy(&u, q.data + i, sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  if (m < 0x7f800000u) {
+    float r;
+    std::memcpy(&r, &m, sizeof r);
+    return r;
+  }
   for (size_t i = 0; i < q.size; ++i)
     if (!(std::fabs(q.data[i]) <= FLT_MAX))
       throw py::value_error("query must be finite; found " + std::to_string(q.data[i]) + " at flat index " +
                             std::to_string(i));
+  return FLT_MAX;  // not reached
 }
 
 struct ParsedAttention {
@@ -130,6 +264,7 @@ struct ParsedAttention {
   // What check_kv_scales needs when parse_attention was asked to leave the K/V scales to later.
   QParams qk, qv;
   Dims dk, dv;
+  OverflowBound bound;
 };
 
 // The K/V scale check parse_attention defers (defer_kv_scales): before the call when the kernel
@@ -137,8 +272,43 @@ struct ParsedAttention {
 // name it.
 inline void check_kv_scales(const ParsedAttention& r) {
   if (r.empty) return;
-  check_scales(r.qk, r.dk, r.args.n_keys, "k_scales");
-  check_scales(r.qv, r.dv, r.args.n_keys, "v_scales");
+  check_scales(r.qk, r.dk, r.args.n_keys, "k_scales", r.args.k_scale_limit, &r.bound, true);
+  check_scales(r.qv, r.dv, r.args.n_keys, "v_scales", r.args.v_scale_limit, &r.bound, false);
+}
+
+// The query side of the overflow bound (see kOverflowLimit), and the K and V scale limits it
+// leaves: raises when the query side alone can overflow. q_max: max q_scales (int8 query) or
+// max |query| (float query), both finite.
+inline void set_overflow_limits(ParsedAttention& r, bool float_query, double q_max) {
+  AttentionArgs& A = r.args;
+  OverflowBound& o = r.bound;
+  o.float_query = float_query;
+  o.scale = std::fabs(static_cast<double>(A.scale));
+  o.q_max = q_max;
+  o.head_dim = A.head_dim;
+  o.n_keys = A.n_keys;
+  const double d = static_cast<double>(A.head_dim);
+  double per_k;  // the largest |score| (or intermediate) per unit of k_scale
+  if (float_query) {
+    const double qpart = q_max * d * 256.0;
+    if (qpart > kOverflowLimit)
+      throw py::value_error("query can overflow float32 scores: max |query| (" + num(static_cast<float>(q_max)) +
+                            ") x head_dim (" + std::to_string(A.head_dim) + ") x 256 = " + num(qpart) + " exceeds " +
+                            kOverflowLimitText);
+    per_k = o.scale * (qpart > 1.0 ? qpart : 1.0);
+  } else {
+    const double coef = o.scale * q_max;
+    if (coef > kOverflowLimit)
+      throw py::value_error("scale x q_scales can overflow float32 scores: |scale| (" +
+                            num(static_cast<float>(o.scale)) + ") x max q_scales (" + num(static_cast<float>(q_max)) +
+                            ") = " + num(coef) + " exceeds " + kOverflowLimitText);
+    per_k = coef * d * 65025.0;
+  }
+  const double k_limit = per_k > 0.0 ? kOverflowLimit / per_k : HUGE_VAL;
+  const double n = static_cast<double>(A.n_keys > 0 ? A.n_keys : 1);
+  const double v_limit = kOverflowLimit / (n * 255.0);
+  o.k_limit = A.k_scale_limit = k_limit < static_cast<double>(FLT_MAX) ? static_cast<float>(k_limit) : FLT_MAX;
+  o.v_limit = A.v_scale_limit = v_limit < static_cast<double>(FLT_MAX) ? static_cast<float>(v_limit) : FLT_MAX;
 }
 
 inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::handle q_zp_, py::handle k_,
@@ -281,9 +451,12 @@ inline ParsedAttention parse_attention(py::handle q_, py::handle q_scales_, py::
   }
 
   A.kv_scale_fault = nullptr;
+  A.k_scale_limit = A.v_scale_limit = FLT_MAX;
   r.qk = qk, r.qv = qv, r.dk = dk, r.dv = dv;
-  if (!r.empty && !float_query) check_scales(qq, dq, dq.s, "q_scales");
-  if (!r.empty && float_query) check_finite_query(qf);
+  if (!r.empty) {
+    const double q_max = float_query ? check_finite_query(qf) : checked_scales_max(qq, dq, dq.s, "q_scales");
+    set_overflow_limits(r, float_query, q_max);
+  }
   if (!defer_kv_scales) check_kv_scales(r);
   return r;
 }

@@ -16,8 +16,8 @@ from typing import Tuple
 
 import numpy as np
 
-from . import _dispatch
-from ._threads import get_num_threads
+from . import _dispatch, _interop
+from ._threads import call_threads
 
 _QMIN, _QMAX = -128, 127
 _EPS32 = np.float32(np.finfo(np.float32).eps)
@@ -49,6 +49,7 @@ def _check_rows(x) -> None:
 
 
 _NOT_FINITE = "must be finite (NaN or Inf has no int8 quantization)"
+_RANGE_TOO_WIDE = "x's range (max - min, with 0) must fit in float32 (<= 3.4028235e+38) in every row"
 
 
 def quantize_per_token(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,7 +77,7 @@ def quantize_per_token(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     zero_points = np.empty(x.shape[:-1] + (1,), np.int8)
     bad = _dispatch.selection().module.quantize_rows(rows.reshape(1, -1, d), q8.reshape(1, -1, d),
                                                      scales.reshape(1, -1, 1), zero_points.reshape(1, -1, 1),
-                                                     get_num_threads(), False)
+                                                     call_threads(), False)
     if bad >= 0:
         raise ValueError("x " + _NOT_FINITE)
     return q8, scales, zero_points
@@ -87,6 +88,11 @@ def quantize_per_token_reference(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]
     _check_rows(x)
     if not np.isfinite(x).all():
         raise ValueError("x " + _NOT_FINITE)
+    with np.errstate(over="ignore"):
+        span = np.maximum(x.max(axis=-1), np.float32(0.0)) - np.minimum(x.min(axis=-1), np.float32(0.0))
+    if not np.isfinite(span).all():
+        # PyTorch returns an infinite scale here; qsdpa refuses the row, as its kernel does.
+        raise ValueError(_RANGE_TOO_WIDE)
     scale, zp = choose_qparams_per_token(x)
     inv = 1.0 / scale.astype(np.float64)
     q = np.round(x.astype(np.float64) * inv + zp.astype(np.float64))
@@ -94,6 +100,54 @@ def quantize_per_token_reference(x) -> Tuple[np.ndarray, np.ndarray, np.ndarray]
     return q8, scale, zp.astype(np.int8)
 
 
-def dequantize_per_token(q8: np.ndarray, scales: np.ndarray, zero_points: np.ndarray) -> np.ndarray:
-    """``(q8 - zero_points) * scales`` in float32, the value ExecuTorch's kernels compute with."""
+def _dequantize_arg(name: str, x, dtype: type) -> np.ndarray:
+    """One of dequantize_per_token's arguments as a numpy array of ``dtype``; TypeError naming it if not.
+
+    The array kinds the rest of the API takes (numpy, CPU torch tensors, DLPack and buffer-protocol
+    arrays) are read without a copy; the dtype must be exactly the one the cache and the kernels
+    store, as for ``quantize_per_token``'s float32: a wider integer is not narrowed (it would wrap)."""
+    a = x if isinstance(x, np.ndarray) else _interop.as_ndarray(name, x)
+    if a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {a.dtype}")
+    return a
+
+
+def dequantize_per_token(q8, scales, zero_points) -> np.ndarray:
+    """``(q8 - zero_points) * scales`` in float32, the value ExecuTorch's kernels compute with.
+
+    Parameters
+    ----------
+    q8 : int8 array of shape ``[..., D]``.
+    scales : float32 ``[..., 1]``, finite and > 0 (as the attention kernels require of K/V scales).
+    zero_points : int8 ``[..., 1]``.
+
+    ``scales`` and ``zero_points`` are per token: shape ``q8.shape[:-1] + (1,)`` as
+    ``quantize_per_token`` returns them, or any ``[..., 1]`` shape that broadcasts to it (one
+    scale for every batch row, say). Any array kind the rest of qsdpa takes (numpy, CPU torch
+    tensors, DLPack or buffer-protocol arrays); returns a new float32 numpy array shaped like
+    ``q8``. Bad input raises a TypeError (kind, dtype) or ValueError (shape, scale values) naming
+    the argument.
+    """
+    q8 = _dequantize_arg("q8", q8, np.int8)
+    scales = _dequantize_arg("scales", scales, np.float32)
+    zero_points = _dequantize_arg("zero_points", zero_points, np.int8)
+    if q8.ndim < 1:
+        raise ValueError(f"q8 must have at least 1 dimension ([..., D]), got shape {q8.shape}")
+    per_token = q8.shape[:-1] + (1,)
+    for name, a in (("scales", scales), ("zero_points", zero_points)):
+        if a.ndim < 1 or a.shape[-1] != 1 or not _broadcasts_to(a.shape, per_token):
+            raise ValueError(f"{name} must have shape {per_token} (q8's with a last dimension of 1), or a "
+                             f"[..., 1] shape that broadcasts to it, got {a.shape}")
+    ok = scales > 0
+    ok &= scales < np.inf  # NaN fails both tests
+    if not ok.all():
+        index = tuple(int(i) for i in np.argwhere(~ok)[0])
+        raise ValueError(f"scales must be finite and > 0; found {scales[index]} at index {index}")
     return (q8.astype(np.int16) - zero_points.astype(np.int16)).astype(np.float32) * scales
+
+
+def _broadcasts_to(shape: Tuple[int, ...], target: Tuple[int, ...]) -> bool:
+    """Whether an array of ``shape`` broadcasts to ``target`` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(n == 1 or n == t for n, t in zip(shape[::-1], target[::-1]))

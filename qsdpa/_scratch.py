@@ -22,10 +22,11 @@ def scratch_layout(threads: int, rows: int, kv_block: int, head_dim: int, *, flo
                         ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if isinstance(partial_items, bool) or not isinstance(partial_items, int) or partial_items < 0:
-        raise ValueError(f"partial_items must be an int >= 0, got {partial_items!r}")
+        if not 1 <= value < 2**64:
+            raise ValueError(f"{name} must be >= 1 and < 2**64, got {value}")
+    if isinstance(partial_items, bool) or not isinstance(partial_items, int) or not 0 <= partial_items < 2**64:
+        raise ValueError(f"partial_items must be an int >= 0 and < 2**64, got {partial_items!r}")
+    # Sizes whose layout overflows 64 bits raise ValueError in C++ (csrc/attention.h, checked arithmetic).
     return _dispatch.load_variant("scalar").scratch_layout(threads, rows, kv_block, head_dim, bool(float_query),
                                                           partial_items, heads, bool(convert_v))
 

@@ -53,6 +53,19 @@ def _float_query_holding(value):
     return edit
 
 
+def _float_query_of(value):
+    def edit(kw):
+        kw.update(query=np.full((B, SQ, HQ, D), value, np.float32), q_scales=None, q_zero_points=None)
+    return edit
+
+
+def _both(*edits):
+    def edit(kw):
+        for e in edits:
+            e(kw)
+    return edit
+
+
 BAD = {
     # name: (edit, exception, message fragment)
     "query rank": (_replace("query", lambda kw: kw["query"][0]), ValueError, "query must be 4-D"),
@@ -97,6 +110,13 @@ BAD = {
     "scale beyond float32": (lambda kw: kw.update(scale=1e300), ValueError, "scale must be finite in float32"),
     "start_pos beyond int64": (_replace("start_pos", lambda kw: 2**64), ValueError, "start_pos"),
     "scale type": (lambda kw: kw.update(scale="0.1"), TypeError, "scale"),
+    "scale int beyond float": (lambda kw: kw.update(scale=10**400), ValueError, "scale must be finite in float32"),
+    # Finite values whose scores or output would overflow float32 (tests/test_overflow_guards.py).
+    "scale x q scale overflow": (_both(_poke("q_scales", (0, 1, 2, 0), 1e30), lambda kw: kw.update(scale=1e10)),
+                                 ValueError, "scale x q_scales can overflow float32 scores"),
+    "k scale overflow": (_poke("k_scales", (0, 4, 1, 0), 1e35), ValueError, "k_scales can overflow float32 scores"),
+    "v scale overflow": (_poke("v_scales", (0, 6, 0, 0), 1e36), ValueError, "v_scales can overflow the float32 output"),
+    "float query overflow": (_float_query_of(3e38), ValueError, "query can overflow float32 scores"),
     "is_causal type": (lambda kw: kw.update(is_causal=1), TypeError, "is_causal"),
     "layout type": (lambda kw: kw.update(is_seq_at_dim_2="no"), TypeError, "is_seq_at_dim_2"),
 }

@@ -2,9 +2,10 @@
 qsdpa._quantize.quantize_per_token_reference, which test_attention.py holds to PyTorch bit for bit.
 
 Bit-identical int8 values, scales and zero points on random and corner rows (ties, signed zeros,
-subnormals, values whose range overflows float32, every row length 1..70), through strided
-outputs (the KV cache's own slices), at 1 and 2 threads; and a row holding a NaN or an infinity
-makes it report the first such row and write nothing.
+subnormals, values near the float32 limit, every row length 1..70), through strided outputs (the KV
+cache's own slices), at 1 and 2 threads; a row holding a NaN or an infinity makes it report the
+first such row and write nothing, and a row whose range overflows float32 (PyTorch would give it an
+infinite scale) makes kernel and reference both raise.
 """
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ def _assert_same(got, x):
         np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+def _assert_kernel_matches_reference(kmod, x):
+    """Same bits as the reference, or, where the reference refuses x (a row's range overflows
+    float32), the kernel refuses it too, with the same message and nothing written."""
+    try:
+        want = reference(x)
+    except ValueError as e:
+        assert "range" in str(e)
+        q8, scales, zero_points = _outputs(x.shape, fill=3)
+        with pytest.raises(ValueError, match=r"^x's range \(max - min, with 0\) must fit in float32"):
+            kmod.quantize_rows(x, q8, scales, zero_points, 1, False)
+        assert (q8 == 3).all() and (scales == 3).all() and (zero_points == 3).all()
+        return False
+    for name, a, b in zip(("q8", "scales", "zero_points"), _quantize(kmod, x), want):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    return True
+
+
 def _corner_rows(d: int) -> np.ndarray:
     rng = np.random.default_rng(d)
     tiny = np.float32(1e-45)  # the smallest subnormal
@@ -43,8 +61,7 @@ def _corner_rows(d: int) -> np.ndarray:
         np.linspace(-1.0, 1.0, d), np.linspace(0.0, 255.0, d), np.linspace(-128.0, 127.0, d),
         np.arange(d) % 2 * 0.5 - 0.25,  # ties once scaled (scale 1/255-ish)
         rng.standard_normal(d) * 1e-38, rng.standard_normal(d) * 1e30,
-        np.where(np.arange(d) % 2, big, -big),  # hi - lo overflows float32: scale = inf
-        np.where(np.arange(d) % 3 == 0, big, 0.0), rng.uniform(0, 1, d), -rng.uniform(0, 1, d),
+        np.where(np.arange(d) % 3 == 0, big, 0.0), np.where(np.arange(d) % 2, big / 2, -big / 2), rng.uniform(0, 1, d), -rng.uniform(0, 1, d),
         rng.standard_normal(d) + 1000.0,
     ]
     return np.stack(rows).astype(np.float32)[None]
@@ -53,8 +70,14 @@ def _corner_rows(d: int) -> np.ndarray:
 @pytest.mark.parametrize("d", [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 67, 128, 200])
 def test_corner_rows_match_the_reference(kmod, d):
     x = _corner_rows(d)
-    with np.errstate(over="ignore"):
-        _assert_same(_quantize(kmod, x), x)
+    _assert_same(_quantize(kmod, x), x)
+
+
+@pytest.mark.parametrize("d", [2, 3, 16, 17, 67])
+def test_a_row_whose_range_overflows_float32_is_refused_like_the_reference(kmod, d):
+    big = np.float32(3.0e38)
+    x = np.stack([np.linspace(-1.0, 1.0, d), np.where(np.arange(d) % 2, big, -big)]).astype(np.float32)[None]
+    assert not _assert_kernel_matches_reference(kmod, x)
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (3, 5, 128), (2, 9, 67), (4, 33, 64), (1, 300, 96)])
@@ -90,8 +113,7 @@ def test_any_finite_rows_match_the_reference(kmod, request):
     def run(x):
         nonlocal ran
         ran += 1
-        with np.errstate(over="ignore"):
-            _assert_same(_quantize(kmod, x), x)
+        _assert_kernel_matches_reference(kmod, x)
 
     run()
     print(f"{request.node.name}: {ran} cases, 0 mismatches")
@@ -197,3 +219,66 @@ def test_public_function_uses_the_kernel_on_any_layout():
     _assert_same(qsdpa.quantize_per_token(unaligned), np.array(unaligned))
     with pytest.raises(ValueError, match="x must be finite"):
         qsdpa.quantize_per_token(np.array([[1.0, np.inf]], np.float32))
+
+
+# -- dequantize_per_token ----------------------------------------------------------------------------
+
+
+def test_dequantize_per_token_values_and_broadcast_qparams():
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 4, 40)).astype(np.float32)
+    q8, s, z = qsdpa.quantize_per_token(x)
+    got = qsdpa.dequantize_per_token(q8, s, z)
+    want = (q8.astype(np.float64) - z) * s  # exact in float64, then one rounding like float32's
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    # [..., 1] qparams that broadcast to q8.shape[:-1] + (1,): one per head, shared by batch and tokens.
+    s1, z1 = s[:1, :1], z[:1, :1]
+    got = qsdpa.dequantize_per_token(q8, s1, z1)
+    np.testing.assert_array_equal(got, ((q8.astype(np.float64) - z1) * s1).astype(np.float32))
+    # Strided views are read as they are.
+    np.testing.assert_array_equal(qsdpa.dequantize_per_token(q8[:, ::-1], s[:, ::-1], z[:, ::-1]),
+                                  qsdpa.dequantize_per_token(q8, s, z)[:, ::-1])
+
+
+def test_dequantize_per_token_takes_torch_tensors():
+    torch = pytest.importorskip("torch")
+    q8, s, z = qsdpa.quantize_per_token(np.random.default_rng(13).standard_normal((3, 16)).astype(np.float32))
+    got = qsdpa.dequantize_per_token(torch.from_numpy(q8), torch.from_numpy(s), torch.from_numpy(z))
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, qsdpa.dequantize_per_token(q8, s, z))
+
+
+def test_dequantize_per_token_bad_arguments_raise_naming_them():
+    q8 = np.array([[1, -2, 3], [4, 5, 6]], np.int8)
+    s = np.full((2, 1), 0.5, np.float32)
+    z = np.ones((2, 1), np.int8)
+    bad = [
+        (([1, 2, 3], s, z), TypeError, r"^q8 must be a numpy\.ndarray, a torch\.Tensor, or a DLPack or buffer-protocol "
+                                       r"array, got list"),
+        (("abc", s, z), TypeError, "^q8 must be a numpy.ndarray.*got str"),
+        ((q8, None, z), TypeError, "^scales must be a numpy.ndarray.*got NoneType"),
+        ((q8, s, 3), TypeError, "^zero_points must be a numpy.ndarray.*got int"),
+        # Other integer dtypes are refused, not narrowed: int32 300 used to wrap.
+        ((np.array([[300, 0, 0]], np.int32), s[:1], z[:1]), TypeError, "^q8 must have dtype int8, got int32"),
+        ((q8.astype(np.int16), s, z), TypeError, "^q8 must have dtype int8, got int16"),
+        ((q8.astype(np.uint8), s, z), TypeError, "^q8 must have dtype int8, got uint8"),
+        ((q8, s.astype(np.float64), z), TypeError, "^scales must have dtype float32, got float64"),
+        ((q8, s.astype(">f4"), z), TypeError, "^scales must have dtype float32, got >f4"),
+        ((q8, s, z.astype(np.int32)), TypeError, "^zero_points must have dtype int8, got int32"),
+        ((np.int8(3), s, z), ValueError, r"^q8 must have at least 1 dimension \(\[\.\.\., D\]\), got shape \(\)"),
+        ((q8, np.float32(0.5), z), ValueError, r"^scales must have shape \(2, 1\)"),
+        ((q8, s.reshape(2), z), ValueError, r"^scales must have shape \(2, 1\) \(q8's with a last dimension of 1\), "
+                                            r"or a \[\.\.\., 1\] shape that broadcasts to it, got \(2,\)"),
+        ((q8, np.full((2, 3), 0.5, np.float32), z), ValueError, r"^scales must have shape \(2, 1\)"),
+        ((q8, np.full((3, 1), 0.5, np.float32), z), ValueError, r"^scales must have shape \(2, 1\)"),
+        ((q8, s, np.ones((1, 2, 1), np.int8)), ValueError, r"^zero_points must have shape \(2, 1\)"),
+        ((q8, np.array([[0.5], [np.nan]], np.float32), z), ValueError,
+         r"^scales must be finite and > 0; found nan at index \(1, 0\)"),
+        ((q8, np.array([[np.inf], [0.5]], np.float32), z), ValueError, r"^scales must be finite and > 0; found inf"),
+        ((q8, np.array([[0.5], [0.0]], np.float32), z), ValueError, r"^scales must be finite and > 0; found 0\.0"),
+        ((q8, np.array([[-0.5], [0.5]], np.float32), z), ValueError, r"^scales must be finite and > 0; found -0\.5"),
+    ]
+    for args, exc, pattern in bad:
+        with pytest.raises(exc, match=pattern):
+            qsdpa.dequantize_per_token(*args)

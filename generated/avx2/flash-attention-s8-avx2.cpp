@@ -673,17 +673,19 @@ __attribute__((noinline)) void gather_params(size_t nb, size_t hg, const int8_t*
   }
 }
 
-// Whether the K and V scales of a gathered block (gather_params' layout) are all finite and > 0,
-// the check the binding otherwise makes before the call (AttentionArgs::kv_scale_fault). No branch
+// Whether the K and V scales of a gathered block (gather_params' layout) are all > 0 and at most
+// their limits (finite, AttentionArgs::k_scale_limit / v_scale_limit: no float32 overflow), the
+// check the binding otherwise makes before the call (AttentionArgs::kv_scale_fault). No branch
 // per element, so the loop vectorises; the scales are in L1 from the gather.
-inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, size_t kv_block) {
+inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, size_t kv_block, float k_limit,
+                            float v_limit) {
   const float* f = reinterpret_cast<const float*>(params);
   int ok = 1;
   for (size_t g = 0; g < hg; ++g) {
     const float* ksc = f + g * 4 * kv_block + kv_block;
     const float* vsc = ksc + kv_block;
     for (size_t j = 0; j < nb; ++j)
-      ok &= (ksc[j] > 0.0f) & (ksc[j] <= FLT_MAX) & (vsc[j] > 0.0f) & (vsc[j] <= FLT_MAX);  // false for NaN, inf
+      ok &= (ksc[j] > 0.0f) & (ksc[j] <= k_limit) & (vsc[j] > 0.0f) & (vsc[j] <= v_limit);  // false for NaN, inf
   }
   return ok != 0;
 }
@@ -927,7 +929,7 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       // A bad scale stops the item before the block is computed, so no bad value reaches the
       // arithmetic; an item that finds another's fault stops too. `out` stays unwritten: this item
       // returns before its write, and the merge is skipped.
-      if (!block_scales_ok(x.params, hg, nb, P.kv_block)) {
+      if (!block_scales_ok(x.params, hg, nb, P.kv_block, A.k_scale_limit, A.v_scale_limit)) {
         __atomic_store_n(A.kv_scale_fault, 1, __ATOMIC_RELAXED);
         return;
       }

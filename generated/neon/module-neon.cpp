@@ -360,13 +360,28 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
       py::gil_scoped_release nogil;
       bad = qsdpa_quantize_f32s8__neon(r, threads, check_only);
     }
+    if (bad <= -2) {  // a row of finite values whose range overflows float32: its scale would be inf
+      const size_t row = static_cast<size_t>(-2 - bad);
+      const float* p = x.data + (row / x.shape[1]) * x.stride[0] + (row % x.shape[1]) * x.stride[1];
+      double lo = 0.0, hi = 0.0;
+      for (size_t j = 0; j < x.shape[2]; ++j) {
+        lo = p[j] < lo ? p[j] : lo;
+        hi = p[j] > hi ? p[j] : hi;
+      }
+      throw py::value_error("x's range (max - min, with 0) must fit in float32 (<= 3.4028235e+38) in every row: "
+                            "row " + std::to_string(row) + " spans [" + qsdpa::num(static_cast<float>(lo)) + ", " +
+                            qsdpa::num(static_cast<float>(hi)) + "], a range of " + qsdpa::num(hi - lo) +
+                            ", which no int8 scale covers (it would be inf)");
+    }
     return bad;
   }, py::arg("x"), py::arg("q8"), py::arg("scales"), py::arg("zero_points"), py::arg("threads") = 1,
   py::arg("check_only") = false,
   "per-token asymmetric int8 quantization of fp32 rows, bit-identical to PyTorch's choose_qparams_per_token_asymmetric + quantize_per_token.\n\nx: float32 [outer, inner, d], rows contiguous, any other strides; q8: int8 like x; scales: float32\n"
   "[outer, inner, 1]; zero_points: int8 [outer, inner, 1] (outputs may be strided views, e.g. a cache slice).\n"
   "Every row is checked first: returns the flat index of the first row holding a NaN or an infinity, with\n"
-  "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).");
+  "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).\n"
+  "A first bad row of finite values whose range (max - min) exceeds float32 raises ValueError naming x,\n"
+  "nothing written (callers rename x to their own argument; a 7th argument would make pybind11 allocate).");
 
   // How decode blocks prefetch the next one on this CPU (flash_attention's prefetch_tuning): what
   // qsdpa.show_runtime() reports, and what tests and A/B timing set. Results never depend on it.

@@ -11,11 +11,14 @@
 //        product and the sum rounded apart (the build has -ffp-contract=off)
 // A row's min and max take one vector pass, which also finds NaN and infinities (x - x is 0 for
 // every finite x and NaN otherwise); its values a second, in float64 vectors where the ISA has them.
+// A row of finite values whose range hi - lo exceeds FLT_MAX ([3e38, -3e38]) would get an infinite
+// scale (PyTorch's too) and q8 that dequantize to NaN: it is refused like a NaN, before any write.
 #include <omp.h>
 
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "neon_dotprod/simd-neon-dotprod.h"
@@ -29,6 +32,7 @@ constexpr size_t kParallelFloats = size_t(1) << 16;  // below this much input a 
 struct RowStats {
   float lo, hi;
   bool finite;
+  bool range_ok() const { return hi - lo <= FLT_MAX; }  // float32, as row_params computes it: inf if not
 };
 
 // min(min(x), 0), max(max(x), 0) and whether every value is finite. Padding lanes read as 0, which
@@ -109,11 +113,20 @@ inline void quantize_row(const float* x, size_t d, double inv, double zp, int8_t
 
 inline const float* row_in(const QuantizeRows& a, size_t r) { return a.x + (r / a.inner) * a.xo + (r % a.inner) * a.xi; }
 
-// Whether every value of rows [r0, r1) is finite; the first row that is not, or r1.
-inline size_t first_nonfinite(const QuantizeRows& a, size_t r0, size_t r1) {
-  for (size_t r = r0; r < r1; ++r)
-    if (!row_stats(row_in(a, r), a.d).finite) return r;
-  return r1;
+// A row's fault code: 2 * row for a NaN or an infinity, 2 * row + 1 for a range beyond float32,
+// SIZE_MAX for none. The smallest code of a set of rows is its first bad row, and what is wrong.
+inline size_t row_fault(const QuantizeRows& a, size_t r) {
+  const RowStats st = row_stats(row_in(a, r), a.d);
+  return !st.finite ? 2 * r : !st.range_ok() ? 2 * r + 1 : SIZE_MAX;
+}
+
+// The first fault code of rows [r0, r1), or SIZE_MAX.
+inline size_t first_fault(const QuantizeRows& a, size_t r0, size_t r1) {
+  for (size_t r = r0; r < r1; ++r) {
+    const size_t f = row_fault(a, r);
+    if (f != SIZE_MAX) return f;
+  }
+  return SIZE_MAX;
 }
 
 inline void quantize_rows(const QuantizeRows& a, size_t r0, size_t r1) {
@@ -132,26 +145,29 @@ inline void quantize_rows(const QuantizeRows& a, size_t r0, size_t r1) {
 }  // namespace neon_dotprod
 }  // namespace qsdpa
 
-// Every row is checked before any is written: returns the index (o * inner + i) of the first row
-// holding a NaN or an infinity, having written nothing, or -1 once every row is quantized (with
-// check_only, -1 and nothing written). Rows are independent, so the thread count changes no bits.
+// Every row is checked before any is written. The first bad row (index r = o * inner + i) stops the
+// call with nothing written: returns r if it holds a NaN or an infinity, -2 - r if its range
+// (max - min) exceeds float32. Otherwise -1 once every row is quantized (with check_only, -1 and
+// nothing written). Rows are independent, so the thread count changes no bits.
 long long qsdpa_quantize_f32s8__neon_dotprod(const qsdpa::QuantizeRows& a, int threads, bool check_only) {
   using namespace qsdpa::neon_dotprod;
   const size_t rows = a.outer * a.inner;
   if (rows == 0 || a.d == 0) return -1;
   const bool parallel = threads > 1 && rows > 1 && rows * a.d >= kParallelFloats;
-  size_t bad = rows;
+  size_t bad = SIZE_MAX;  // a fault code (row_fault)
   if (!parallel) {
-    bad = first_nonfinite(a, 0, rows);
+    bad = first_fault(a, 0, rows);
   } else {
     // Each thread's copy of `bad` starts at SIZE_MAX and its rows come in order: once it has found
     // one, the rest of its rows cannot hold the first.
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(min : bad)
     for (long long r = 0; r < static_cast<long long>(rows); ++r)
-      if (bad > static_cast<size_t>(r) && !row_stats(row_in(a, static_cast<size_t>(r)), a.d).finite)
-        bad = static_cast<size_t>(r);
+      if (bad == SIZE_MAX) bad = row_fault(a, static_cast<size_t>(r));
   }
-  if (bad < rows) return static_cast<long long>(bad);
+  if (bad != SIZE_MAX) {
+    const long long row = static_cast<long long>(bad / 2);
+    return bad % 2 == 0 ? row : -2 - row;
+  }
   if (check_only) return -1;
   if (!parallel) {
     quantize_rows(a, 0, rows);

@@ -362,13 +362,28 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
       py::gil_scoped_release nogil;
       bad = qsdpa_quantize_f32s8__scalar(r, threads, check_only);
     }
+    if (bad <= -2) {  // a row of finite values whose range overflows float32: its scale would be inf
+      const size_t row = static_cast<size_t>(-2 - bad);
+      const float* p = x.data + (row / x.shape[1]) * x.stride[0] + (row % x.shape[1]) * x.stride[1];
+      double lo = 0.0, hi = 0.0;
+      for (size_t j = 0; j < x.shape[2]; ++j) {
+        lo = p[j] < lo ? p[j] : lo;
+        hi = p[j] > hi ? p[j] : hi;
+      }
+      throw py::value_error("x's range (max - min, with 0) must fit in float32 (<= 3.4028235e+38) in every row: "
+                            "row " + std::to_string(row) + " spans [" + qsdpa::num(static_cast<float>(lo)) + ", " +
+                            qsdpa::num(static_cast<float>(hi)) + "], a range of " + qsdpa::num(hi - lo) +
+                            ", which no int8 scale covers (it would be inf)");
+    }
     return bad;
   }, py::arg("x"), py::arg("q8"), py::arg("scales"), py::arg("zero_points"), py::arg("threads") = 1,
   py::arg("check_only") = false,
   "per-token asymmetric int8 quantization of fp32 rows, bit-identical to PyTorch's choose_qparams_per_token_asymmetric + quantize_per_token.\n\nx: float32 [outer, inner, d], rows contiguous, any other strides; q8: int8 like x; scales: float32\n"
   "[outer, inner, 1]; zero_points: int8 [outer, inner, 1] (outputs may be strided views, e.g. a cache slice).\n"
   "Every row is checked first: returns the flat index of the first row holding a NaN or an infinity, with\n"
-  "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).");
+  "nothing written, or -1 with every row quantized (check_only: -1, nothing written; the outputs may be None).\n"
+  "A first bad row of finite values whose range (max - min) exceeds float32 raises ValueError naming x,\n"
+  "nothing written (callers rename x to their own argument; a 7th argument would make pybind11 allocate).");
 
   // The native CPU/OS feature check lives only here: this module is built without ISA flags, so it
   // is safe to import on any CPU of its architecture, and it decides which other modules are safe.
@@ -376,8 +391,14 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   qsdpa::register_scratch_arena(mod);
   mod.def("scratch_layout", [](size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
                                size_t partial_items, size_t heads, bool convert_v) {
-    return qsdpa::layout_dict(qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items, heads,
-                                                    convert_v));
+    const qsdpa::ScratchLayout L = qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items,
+                                                         heads, convert_v);
+    if (L.overflow)
+      throw py::value_error(std::string("scratch_layout: ") + L.overflow + " overflows 64 bits (threads=" +
+                            std::to_string(threads) + ", rows=" + std::to_string(rows) +
+                            ", kv_block=" + std::to_string(kv_block) + ", head_dim=" + std::to_string(head_dim) +
+                            ", heads=" + std::to_string(heads) + ", partial_items=" + std::to_string(partial_items) + ")");
+    return qsdpa::layout_dict(L);
   }, py::arg("threads"), py::arg("rows"), py::arg("kv_block"), py::arg("head_dim"), py::arg("float_query") = false,
   py::arg("partial_items") = 0, py::arg("heads") = 1, py::arg("convert_v") = false,
   "The scratch layout every variant's attention kernel uses (csrc/attention.h).");

@@ -1,10 +1,14 @@
-# quantize_per_token / QuantizedKVCache.update accept a finite row whose range exceeds float32 and
-# return / store an infinite scale (and q8 that dequantize to NaN), with no error.
+# A finite row whose range exceeds float32: quantize_per_token / QuantizedKVCache.update used to
+# return / store an infinite scale (q8 that dequantize to NaN) with no error, as PyTorch's
+# choose_qparams_per_token_asymmetric does; both now raise ValueError naming x / k, nothing written.
 import numpy as np, qsdpa
 x = np.array([[3e38, -3e38, 1.0, 0.0]], np.float32)       # every value finite
-q8, s, z = qsdpa.quantize_per_token(x)
-print("quantize_per_token:", q8.tolist(), s.tolist(), z.tolist())
-print("dequantize_per_token:", qsdpa.dequantize_per_token(q8, s, z).tolist())
+try:
+    q8, s, z = qsdpa.quantize_per_token(x)
+    print("quantize_per_token:", q8.tolist(), s.tolist(), z.tolist())
+    print("dequantize_per_token:", qsdpa.dequantize_per_token(q8, s, z).tolist())
+except ValueError as e:
+    print("quantize_per_token raised ValueError:", e)
 try:
     import torch
     from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa registers ops
