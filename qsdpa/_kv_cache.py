@@ -11,19 +11,26 @@ from ._args import as_int
 from ._attention import ArrayT
 from ._interop import Array
 from ._quantize import _NOT_FINITE
-from ._threads import get_num_threads
+from ._threads import call_threads
 
 _LAYOUTS = ("bshd", "bhsd")
 _ALIGN = 64  # a cache line: rows of H·D int8 bytes then start on line boundaries, so no load straddles two
 
 
-def _aligned_zeros(shape: Tuple[int, ...], dtype) -> np.ndarray:
-    """Zeros at a 64-byte boundary (numpy only promises 16). Pages are committed when first written."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.zeros(nbytes + _ALIGN, np.uint8)
-    offset = -raw.ctypes.data % _ALIGN
-    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+def _aligned_block(specs: Tuple[Tuple[Tuple[int, ...], Any], ...]) -> Tuple[np.ndarray, Tuple[np.ndarray, ...]]:
+    """Zero-filled arrays of the given (shape, dtype)s carved out of ONE allocation, each at a 64-byte
+    boundary (numpy only promises 16), and that allocation's bytes. One block lets ``update`` ask
+    whether an input overlaps any of the cache's arrays with a single bounds check. Pages are
+    committed when first written."""
+    offsets, total = [], 0
+    for shape, dtype in specs:
+        offsets.append(total)
+        total += -(-math.prod(shape) * np.dtype(dtype).itemsize // _ALIGN) * _ALIGN
+    raw = np.zeros(total + _ALIGN, np.uint8)
+    block = raw[-raw.ctypes.data % _ALIGN:][:total]
+    arrays = tuple(block[o:o + math.prod(shape) * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+                   for o, (shape, dtype) in zip(offsets, specs))
+    return block, arrays
 
 
 class KVCacheTensors(NamedTuple):
@@ -75,12 +82,10 @@ class QuantizedKVCache:
         self._seq_dim2 = layout == "bhsd"
         shape = self._shape(self._max_seq_len, self._head_dim)
         qshape = self._shape(self._max_seq_len, 1)
-        self._k = _aligned_zeros(shape, np.int8)
-        self._v = _aligned_zeros(shape, np.int8)
-        self._k_zero_points = _aligned_zeros(qshape, np.int8)
-        self._v_zero_points = _aligned_zeros(qshape, np.int8)
-        self._k_scales = _aligned_zeros(qshape, np.float32)
-        self._v_scales = _aligned_zeros(qshape, np.float32)
+        # Every array the cache writes lives in self._block: update's alias check is one bounds test.
+        self._block, (self._k, self._v, self._k_scales, self._k_zero_points, self._v_scales,
+                      self._v_zero_points) = _aligned_block(((shape, np.int8), (shape, np.int8), (qshape, np.float32),
+                                                             (qshape, np.int8), (qshape, np.float32), (qshape, np.int8)))
         self._k_scales.fill(1.0)  # unwritten rows then hold valid zeros, not an invalid scale of 0
         self._v_scales.fill(1.0)
         self._length = 0
@@ -163,11 +168,16 @@ class QuantizedKVCache:
         """Quantize float ``k``/``v`` and store them at positions ``[start_pos, start_pos + S)``.
 
         ``k``, ``v``: float32, ``[B, S, H_kv, D]`` (``[B, H_kv, S, D]`` for layout ``"bhsd"``), any
-        array kind ``quantized_sdpa`` takes. Each (batch, position, head) row is quantized exactly as
-        ``qsdpa.quantize_per_token`` (and PyTorch's ``quantize_per_token``) would, bit for bit.
+        array kind ``quantized_sdpa`` takes, any strides (reversed, broadcast and unaligned views are
+        copied first, as ``quantized_sdpa`` copies them). Each (batch, position, head) row is quantized
+        exactly as ``qsdpa.quantize_per_token`` (and PyTorch's ``quantize_per_token``) would, bit for bit.
 
         ``start_pos`` may rewrite earlier positions but may not leave a gap: ``0 <= start_pos <=
         length`` and ``start_pos + S <= max_seq_len``. On any error nothing is written.
+
+        ``k``/``v`` may even be views of the cache's own memory (its scales, say): they are then
+        copied before anything is written, so the result is that of ``update(start_pos, k.copy(),
+        v.copy())``, as numpy's operations behave with overlapping operands.
         """
         start = as_int("start_pos", start_pos, 0)
         k_rows = self._float_rows("k", k)
@@ -184,23 +194,45 @@ class QuantizedKVCache:
         # The variant's quantize kernel writes straight into the cache rows, each row as
         # quantize_per_token would. It checks every row of its input before writing any, so: k is
         # checked, then v is quantized (or rejected), then k: on a NaN or Inf nothing is written.
-        module, threads, r = _dispatch.selection().module, get_num_threads(), self._rows
+        # _input_rows has made k_in/v_in rows the kernel reads as they are and that share no byte with
+        # the cache, so neither pass can be refused after the v pass wrote, nor read what it wrote.
+        module, threads, r = _dispatch.selection().module, call_threads(), self._rows
         k_in, v_in = self._input_rows(k_rows), self._input_rows(v_rows)
-        if module.quantize_rows(k_in, None, None, None, threads, True) >= 0:
-            raise ValueError("k " + _NOT_FINITE)
-        for name, x, outs in (("v", v_in, (r.value, r.v_scales, r.v_zero_points)),
+        for name, x, outs in (("k", k_in, None), ("v", v_in, (r.value, r.v_scales, r.v_zero_points)),
                               ("k", k_in, (r.key, r.k_scales, r.k_zero_points))):
-            if module.quantize_rows(x, *(self._positions_of(rows, start, stop) for rows in outs), threads, False) >= 0:
+            try:
+                if outs is None:  # check only
+                    bad = module.quantize_rows(x, None, None, None, threads, True)
+                else:
+                    bad = module.quantize_rows(x, *(self._positions_of(rows, start, stop) for rows in outs), threads,
+                                               False)
+            except ValueError as exc:  # the kernel calls its input x; the caller passed k or v
+                message = str(exc)
+                raise ValueError(name + message[1:] if message.startswith("x") else message) from None
+            if bad >= 0:
                 raise ValueError(name + " " + _NOT_FINITE)
         self._length = max(self._length, stop)
 
     def _input_rows(self, x: np.ndarray) -> np.ndarray:
         """``x`` ([B, S, H, D] or [B, H, S, D]) as the 3-D rows the quantize kernel takes, in the order of
-        ``_as_rows``: (B, S*H, D), or (B*H, S, D) for ``"bhsd"`` (a copy only if ``x`` is strided)."""
-        if not x.flags.aligned:  # a view of a byte buffer at an odd offset: the kernel reads float*
-            x = np.array(x, order="C")
+        ``_as_rows``: (B, S*H, D), or (B*H, S, D) for ``"bhsd"``. A view of ``x`` when the kernel can read
+        it as it is (rows contiguous, non-negative aligned strides) and it shares no memory with the
+        cache; otherwise a contiguous copy. The common case, a contiguous array or a slice of one,
+        costs a few hundred ns and allocates nothing."""
         b, d1, d2, d = x.shape
-        return x.reshape((b * d1, d2, d) if self._seq_dim2 else (b, d1 * d2, d))
+        rows = x.reshape((b * d1, d2, d) if self._seq_dim2 else (b, d1 * d2, d))  # copies if it must
+        s0, s1, s2 = rows.strides
+        if (s2 != 4 and d > 1) or s0 < 0 or s1 < 0 or not rows.flags.aligned:
+            # Reversed or broadcast rows, a negative stride, or a view of a byte buffer at an odd
+            # offset (the kernel reads float*): copied, like quantized_sdpa's inputs. A fresh copy
+            # cannot overlap the cache.
+            return np.array(rows, order="C")
+        if np.may_share_memory(rows, self._block):
+            # A view of the cache's own memory (bounds test against the one block all six arrays
+            # live in, so a rare false positive costs only a copy): copied so that no write of this
+            # update can change what it reads, and the kernel's own overlap check never fires.
+            return np.array(rows, order="C")
+        return rows
 
     def _as_rows(self, a: np.ndarray) -> np.ndarray:
         """All of ``a`` as a writable 3-D view, rows in ``_input_rows``'s order. Built from the strides
