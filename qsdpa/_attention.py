@@ -141,6 +141,7 @@ _float32 = np.float32
 _sqrt = math.sqrt
 _isfinite = math.isfinite
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_MASK_MAX = np.float32(2.0**125)  # csrc/attention_binding.h's kOverflowLimit: scores stay within it
 
 
 def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scale, q_zero_points, q_scales,
@@ -162,9 +163,11 @@ def _prepare(query, key, value, start_pos, attn_mask, dropout_p, is_causal, scal
     if arr["attn_mask"] is not None and causal:
         raise ValueError("attn_mask and is_causal cannot be used together")
     mask = arr["attn_mask"]
-    if mask is not None and mask.dtype == np.float32 and not (mask < np.inf).all():
-        # NaN or +inf would poison a whole row's softmax; -inf (masked out) is fine.
-        raise ValueError("attn_mask must not contain NaN or +inf (use -inf or a bool mask to mask out keys)")
+    if mask is not None and mask.dtype == np.float32 and not (mask <= _MASK_MAX).all():
+        # NaN or +inf would poison a whole row's softmax, and a finite value above 2^125 could take
+        # score + mask past float32 (the binding keeps scores within 2^125); -inf (masked out) is fine.
+        raise ValueError("attn_mask must not contain NaN or values above 2^125 (4.25e+37), +inf included: "
+                         "score + mask could overflow float32 (use -inf or a bool mask to mask out keys)")
     if arr["query"].ndim != 4:
         raise ValueError(f"query must be 4-D, got {arr['query'].ndim}-D")
     if scale is None:

@@ -274,3 +274,44 @@ def test_scratch_layout_partials_and_argument_range():
     L = qsdpa.scratch_layout(2**20, 64, 256, 128, partial_items=2**20)
     assert L["total_bytes"] == L["partials_offset"] + 2**20 * L["partial_record_bytes"]
     assert L["partials_offset"] == 2**20 * L["slice_bytes"]
+
+
+# An additive mask above the score limit could take score + mask past float32; up to it, and any
+# negative value down to -inf, it computes what float64 does on the same dequantized inputs.
+def _mask_case():
+    return make_case(np.random.default_rng(7), 1, 4, 2, 1, 16, 32, float_query=True)
+
+
+def _masked(case, mask, out=None):
+    return qsdpa.quantized_sdpa(case.query, case.key, case.value, 15, attn_mask=mask, k_zero_points=case.k_zero_points,
+                                k_scales=case.k_scales, v_zero_points=case.v_zero_points, v_scales=case.v_scales,
+                                out=out)
+
+
+@pytest.mark.parametrize("value", [np.inf, np.nan, 3e38, 2.0**125 * 1.0000001])
+def test_mask_value_past_the_score_limit_is_refused(value):
+    case = _mask_case()
+    mask = np.zeros((1, 16), np.float32)
+    mask[0, 5] = value
+    out = np.full(case.query.shape, SENTINEL, np.float32)
+    with pytest.raises(ValueError, match=r"attn_mask must not contain NaN or values above 2\^125"):
+        _masked(case, mask, out)
+    assert (out == SENTINEL).all()
+
+
+@pytest.mark.parametrize("value", [2.0**125, 1e30, -3e38, -np.inf])
+def test_mask_value_within_the_limit_matches_float64(value):
+    case = _mask_case()
+    mask = np.zeros((1, 16), np.float32)
+    mask[0, 5] = value
+    got = _masked(case, mask)
+    v = qsdpa.dequantize_per_token(case.value, case.v_scales, case.v_zero_points).astype(np.float64)
+    k = qsdpa.dequantize_per_token(case.key, case.k_scales, case.k_zero_points).astype(np.float64)
+    q = case.query.astype(np.float64)
+    for h in range(q.shape[2]):
+        s = k[0, :, h // 2] @ q[0, 0, h] / np.sqrt(32) + mask[0].astype(np.float64)
+        w = np.exp(s - s.max())
+        want = (w / w.sum()) @ v[0, :, h // 2]
+        np.testing.assert_allclose(got[0, 0, h], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    if value > 0:  # the masked-up key takes all the weight
+        np.testing.assert_allclose(got[0, 0, 0], v[0, 5, 0], rtol=1e-5, atol=1e-5 * np.abs(v[0, 5, 0]).max())
