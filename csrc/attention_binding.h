@@ -114,6 +114,20 @@ inline std::string num(double x) {
   return buf;
 }
 
+// quantize_rows' error for a row of finite values whose range (max - min, with 0) exceeds float32:
+// no int8 scale covers it (PyTorch's would be inf). Names the input x; callers rename it.
+[[noreturn]] inline void throw_row_range_error(const float* p, size_t d, size_t row) {
+  double lo = 0.0, hi = 0.0;
+  for (size_t j = 0; j < d; ++j) {
+    lo = p[j] < lo ? p[j] : lo;
+    hi = p[j] > hi ? p[j] : hi;
+  }
+  throw py::value_error("x's range (max - min, with 0) must fit in float32 (<= 3.4028235e+38) in every row: row " +
+                        std::to_string(row) + " spans [" + num(static_cast<float>(lo)) + ", " +
+                        num(static_cast<float>(hi)) + "], a range of " + num(hi - lo) +
+                        ", which no int8 scale covers (it would be inf)");
+}
+
 inline std::string where(size_t b, size_t h, size_t s) {
   return "batch " + std::to_string(b) + ", head " + std::to_string(h) + ", position " + std::to_string(s);
 }

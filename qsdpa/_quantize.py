@@ -148,6 +148,7 @@ def dequantize_per_token(q8, scales, zero_points) -> np.ndarray:
 
 def _broadcasts_to(shape: Tuple[int, ...], target: Tuple[int, ...]) -> bool:
     """Whether an array of ``shape`` broadcasts to ``target`` without changing it."""
-    if len(shape) > len(target):
+    try:
+        return np.broadcast_shapes(shape, target) == tuple(target)
+    except ValueError:
         return False
-    return all(n == 1 or n == t for n, t in zip(shape[::-1], target[::-1]))

@@ -362,16 +362,8 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
     }
     if (bad <= -2) {  // a row of finite values whose range overflows float32: its scale would be inf
       const size_t row = static_cast<size_t>(-2 - bad);
-      const float* p = x.data + (row / x.shape[1]) * x.stride[0] + (row % x.shape[1]) * x.stride[1];
-      double lo = 0.0, hi = 0.0;
-      for (size_t j = 0; j < x.shape[2]; ++j) {
-        lo = p[j] < lo ? p[j] : lo;
-        hi = p[j] > hi ? p[j] : hi;
-      }
-      throw py::value_error("x's range (max - min, with 0) must fit in float32 (<= 3.4028235e+38) in every row: "
-                            "row " + std::to_string(row) + " spans [" + qsdpa::num(static_cast<float>(lo)) + ", " +
-                            qsdpa::num(static_cast<float>(hi)) + "], a range of " + qsdpa::num(hi - lo) +
-                            ", which no int8 scale covers (it would be inf)");
+      qsdpa::throw_row_range_error(x.data + (row / x.shape[1]) * x.stride[0] + (row % x.shape[1]) * x.stride[1],
+                                   x.shape[2], row);
     }
     return bad;
   }, py::arg("x"), py::arg("q8"), py::arg("scales"), py::arg("zero_points"), py::arg("threads") = 1,
