@@ -104,6 +104,15 @@
 // The sleeping worker's wake costs such a step about 50 us. At qsdpa's compute pace even a step
 // that overlaps its reads this well fails the 2048-key 2-thread target and barely meets 8192's;
 // with the bare step's compute it would meet both.
+// The same VM, 2026-12-05 20:43-20:47 UTC, huge=1, 16 layers, 5 ms pause, busy=1 with
+// GOMP_SPINCOUNT=100, medians of 150-200 calls (us, x the read): 2 threads, extra=0: 2049 keys
+// read 126.9, even+soft+qp 165.6 (1.30x), pages+soft 173.1 (1.36x), soft-hot 153.8; 8193 keys read
+// 490.9, even+soft+qp 554.8 (1.13x), pages+soft 583.6 (1.19x). extra=1400: 2049 keys even+soft+qp
+// 235.9 (2.01x), pages+soft 242.7 (2.07x); 8193 keys 751.3 (1.47x) and 797.0 (1.56x). 1 thread,
+// extra=0: 2049 keys read 115.5 (36.3 GB/s), even+soft 225.1 (1.95x), soft-hot 209.0 (1.81x);
+// 8193 keys read 481.7, even+soft 874.4 (1.82x), soft-hot 847.4 (1.76x). With prefetches into L1
+// (pages+soft: qsdpa's setting on this core, the one that holds up after the peers' work), even
+// this step's overlap at qsdpa's pace misses 1.5x at 2 threads; at the bare step's pace it passes.
 #include <immintrin.h>
 #include <sys/mman.h>
 #ifdef _OPENMP
