@@ -44,7 +44,7 @@ faultkeep 1026 / 850.
 
 The same VM, 2026-12-05 20:44-20:49 UTC, 20 rounds, L2/4 / L1/4: 8192 keys at 2 threads none 893 /
 852, torch 1153 / 890, et 1166 / 856, mlp 1182 / 859; three minutes later, level (846-861 /
-829-862), as were 8192 keys at 1 thread and 2048 at 1 and 2 (within 3% in every row). Alone in a
+829-862), as were 8192 keys at 1 thread and 2048 at 1 and 2 (within 5% of each other in every row). Alone in a
 process (no peers, no MLP), the bench's pause before each call, L2/4 was 4-10% faster than L1/4.
 """
 from __future__ import annotations
