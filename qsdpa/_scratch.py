@@ -24,7 +24,9 @@ def scratch_layout(threads: int, rows: int, kv_block: int, head_dim: int, *, flo
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")
         if not 1 <= value < 2**64:
             raise ValueError(f"{name} must be >= 1 and < 2**64, got {value}")
-    if isinstance(partial_items, bool) or not isinstance(partial_items, int) or not 0 <= partial_items < 2**64:
+    if isinstance(partial_items, bool) or not isinstance(partial_items, int):
+        raise TypeError(f"partial_items must be an int, got {type(partial_items).__name__}")
+    if not 0 <= partial_items < 2**64:
         raise ValueError(f"partial_items must be an int >= 0 and < 2**64, got {partial_items!r}")
     # Sizes whose layout overflows 64 bits raise ValueError in C++ (csrc/attention.h, checked arithmetic).
     return _dispatch.load_variant("scalar").scratch_layout(threads, rows, kv_block, head_dim, bool(float_query),

@@ -270,6 +270,9 @@ def test_scratch_layout_partials_and_argument_range():
         qsdpa.scratch_layout(2**64, 1, 1, 1)
     with pytest.raises(ValueError, match=r"partial_items must be an int >= 0 and < 2\*\*64"):
         qsdpa.scratch_layout(1, 1, 1, 1, partial_items=2**64)
+    for bad in (1.5, "2", True, None):  # a wrong type is a TypeError, as for the other sizes
+        with pytest.raises(TypeError, match="partial_items must be an int, got"):
+            qsdpa.scratch_layout(1, 1, 1, 1, partial_items=bad)
     # Large sizes that fit are still laid out exactly.
     L = qsdpa.scratch_layout(2**20, 64, 256, 128, partial_items=2**20)
     assert L["total_bytes"] == L["partials_offset"] + 2**20 * L["partial_record_bytes"]
