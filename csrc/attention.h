@@ -211,8 +211,9 @@ inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size
 constexpr size_t kBigSplitWeight = 16;
 
 // The first key of KV split s (s = splits: the end) of a range of n keys, in 16-key steps. Items
-// are handed out in order as threads come free, so the first `threads` splits start together:
-// they get 16x the keys of the rest, which go to whichever threads finish first. The cores of a
+// are handed out in order as threads ask for them (the kernel's ItemQueue), so the first `threads`
+// splits start together: they get 16x the keys of the rest, which go to whichever threads finish
+// first. The cores of a
 // shared VM slow down one at a time, and a sleeping worker starts late: with equal shares the
 // call waits for the slower thread's second share (llama3-8b decode at 2 threads, 4 splits: 3-8%
 // faster hot and cold, paired A/B). The big splits are all the same size (their share rounded

@@ -872,8 +872,42 @@ inline Partial partial_record(unsigned char* partials, const ScratchLayout& L, c
   return {reinterpret_cast<float*>(rec), reinterpret_cast<float*>(rec + mbytes), reinterpret_cast<float*>(rec + 2 * mbytes)};
 }
 
-void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* slice,
-              unsigned char* partials, size_t item) {
+// The keys an item attends: [begin, end), its KV split's share when the range is split.
+struct KeyRange {
+  size_t begin, end;
+};
+
+inline KeyRange item_keys(const AttentionArgs& A, const AttentionPlan& P, const Item& it) {
+  size_t key_end = A.n_keys;
+  if (A.causal && A.start_pos + it.q0 + it.qn < key_end) key_end = A.start_pos + it.q0 + it.qn;
+  if (P.kv_splits == 1) return {0, key_end};
+  return {split_first_key(key_end, P.kv_splits, P.threads, it.split),
+          split_first_key(key_end, P.kv_splits, P.threads, it.split + 1)};
+}
+
+// The items of a call, handed out in order to whichever thread asks. A thread running an
+// all-heads item takes its next one as that item's last block starts, and fetches the next
+// item's first block during it (run_item), so that the next item does not start on a cold block.
+struct ItemQueue {
+  std::atomic<size_t> next{0};
+  size_t take() { return next.fetch_add(1, std::memory_order_relaxed); }
+};
+
+// What run_item leaves its thread: the next item it took (>= P.items: none left), and whether
+// that item's first block was fetched during this one's last.
+struct NextItem {
+  size_t item;
+  bool fetched;
+};
+
+NextItem run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayout& L, unsigned char* slice,
+                  unsigned char* partials, size_t item, ItemQueue& queue, bool fetched) {
+  NextItem next{P.items, false};
+  bool took = false;
+  const auto done = [&]() -> NextItem {
+    if (!took) next.item = queue.take();
+    return next;
+  };
   const Item it = decode_item(item, A, P);
   const size_t rep = A.q_heads / A.kv_heads, D = A.head_dim, Mh = rep * it.qn, M = P.heads_per_item * Mh;
   const size_t ldq = query_row_elems(D);
@@ -910,13 +944,8 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
   }
 
   // Keys this item may attend, then its share of them when the KV range is split.
-  size_t key_end = A.n_keys;
-  if (A.causal && A.start_pos + it.q0 + it.qn < key_end) key_end = A.start_pos + it.q0 + it.qn;
-  size_t k_begin = 0, k_end = key_end;
-  if (P.kv_splits > 1) {
-    k_begin = split_first_key(key_end, P.kv_splits, P.threads, it.split);
-    k_end = split_first_key(key_end, P.kv_splits, P.threads, it.split + 1);
-  }
+  const KeyRange range = item_keys(A, P, it);
+  const size_t k_begin = range.begin, k_end = range.end;
 
   // Block-major over the item's KV heads: in a [B, S, H, D] cache the heads of a block of keys are
   // one contiguous stretch of memory, read front to back.
@@ -937,9 +966,9 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       // returns before its write, and the merge is skipped.
       if (!block_scales_ok(x.params, hg, nb, P.kv_block, A.k_scale_limit, A.v_scale_limit)) {
         __atomic_store_n(A.kv_scale_fault, 1, __ATOMIC_RELAXED);
-        return;
+        return done();
       }
-      if (__atomic_load_n(A.kv_scale_fault, __ATOMIC_RELAXED)) return;
+      if (__atomic_load_n(A.kv_scale_fault, __ATOMIC_RELAXED)) return done();
     }
     if (hg > 1) {
       // All heads of a block of keys are one contiguous stretch of K and one of V: the first
@@ -952,13 +981,26 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
-      if (first) {
+      if (first && !fetched) {
         prefetch_row(kb + n0 * kbytes, nb * kbytes);
         prefetch_row(vb + n0 * vbytes, nb * vbytes);
       }
-      const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
+      size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
       const int8_t* kn = kb + (n0 + nb) * kbytes;
       const int8_t* vn = vb + (n0 + nb) * vbytes;
+      if (after == 0) {  // the last block: the next item's first one is fetched during it
+        next.item = queue.take();
+        took = true;
+        if (next.item < P.items) {
+          const Item nit = decode_item(next.item, A, P);
+          const KeyRange nr = item_keys(A, P, nit);
+          const size_t nnb = nr.end - nr.begin < P.kv_block ? nr.end - nr.begin : P.kv_block;
+          kn = A.k + nit.b * A.kst.b + nit.kvh0 * A.kst.h + nr.begin * kbytes;
+          vn = A.v + nit.b * A.vst.b + nit.kvh0 * A.vst.h + nr.begin * vbytes;
+          klen = nnb * kbytes, vlen = nnb * vbytes;
+          next.fetched = nnb > 0;
+        }
+      }
       if (pft.walk_pages) {
         touch_pages(kn, klen);
         touch_pages(vn, vlen);
@@ -1014,6 +1056,7 @@ void run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLayou
       for (; j < D; ++j) o[j] = a[j] * inv;
     }
   }
+  return done();
 }
 
 // Flash-decoding merge of one (batch, KV head group, query block), or of part `chunk` of its rows
@@ -1078,7 +1121,9 @@ void qsdpa_flash_attention_s8__avx512(const qsdpa::AttentionArgs& args, const qs
   const int threads = static_cast<int>(plan.threads);
   if (threads == 1) {  // no parallel region: libgomp allocates a team for every 1-thread region
     QSDPA_TRACE_THREAD(kTraceThreadStart, 0);
-    for (size_t item = 0; item < plan.items; ++item) run_item(args, plan, layout, scratch, partials, item);
+    ItemQueue queue;
+    for (NextItem n{queue.take(), false}; n.item < plan.items;)
+      n = run_item(args, plan, layout, scratch, partials, n.item, queue, n.fetched);
     QSDPA_TRACE_THREAD(kTraceItemsEnd, 0);
     const bool fault = args.kv_scale_fault && *args.kv_scale_fault;
     for (size_t g = 0; plan.kv_splits > 1 && !fault && g < plan.items / plan.kv_splits; ++g)
@@ -1095,14 +1140,14 @@ void qsdpa_flash_attention_s8__avx512(const qsdpa::AttentionArgs& args, const qs
   // 1.057 (8192 keys) and 1.21 (2048) back to back, 1.057 and 1.12 after the bench's pause;
   // without one 0.995-1.02.
   std::atomic<int> arrived{0}, merged{0};
+  ItemQueue queue;
 #pragma omp parallel num_threads(threads)
   {
     const int thread = omp_get_thread_num();
     QSDPA_TRACE_THREAD(kTraceThreadStart, thread);
     unsigned char* slice = scratch + layout.slice_bytes * static_cast<size_t>(thread);
-#pragma omp for schedule(dynamic, 1) nowait
-    for (long long item = 0; item < static_cast<long long>(plan.items); ++item)
-      run_item(args, plan, layout, slice, partials, static_cast<size_t>(item));
+    for (NextItem n{queue.take(), false}; n.item < plan.items;)
+      n = run_item(args, plan, layout, slice, partials, n.item, queue, n.fetched);
     QSDPA_TRACE_THREAD(kTraceItemsEnd, thread);
     if (plan.kv_splits > 1) {  // without splits each item wrote its rows of `out`: nothing to wait for
       const int team = omp_get_num_threads();
