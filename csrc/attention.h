@@ -213,10 +213,9 @@ constexpr size_t kBigSplitWeight = 16;
 // The first key of KV split s (s = splits: the end) of a range of n keys, in 16-key steps. Items
 // are handed out in order as threads ask for them (the kernel's ItemQueue), so the first `threads`
 // splits start together: they get 16x the keys of the rest, which go to whichever threads finish
-// first. The cores of a
-// shared VM slow down one at a time, and a sleeping worker starts late: with equal shares the
-// call waits for the slower thread's second share (llama3-8b decode at 2 threads, 4 splits: 3-8%
-// faster hot and cold, paired A/B). The big splits are all the same size (their share rounded
+// first. The cores of a shared VM slow down one at a time, and a sleeping worker starts late: with
+// equal shares the call waits for the slower thread's second share (llama3-8b decode at 2 threads,
+// 4 splits: 3-8% faster hot and cold, paired A/B). The big splits are all the same size (their share rounded
 // down to 16 keys: 960 of 2049 keys, 15 whole 64-key blocks each) and the small ones split the
 // rest evenly (64 and 65), so a thread's big split and a small one come to the same count within
 // a few keys; rounding every boundary on its own gave 960, 976, 48 and 65, one thread 33 keys
