@@ -63,10 +63,18 @@ def main(argv=None) -> int:
                     help="each layer's arrays as numpy allocates them (large ones start 16 bytes past a page: "
                          "every 64-byte load of K straddles two lines; 4 KiB pages) instead of the bench's "
                          "(64-byte aligned, on 2 MiB pages where the OS grants them: _bench.on_huge_pages)")
+    ap.add_argument("--b-prefetch", default=None, metavar="SETTING",
+                    help="run B with this decode prefetch setting (prefetch_after_work.py's names: L1/4, "
+                         "L2+walk/8, ...; A keeps its CPU's default): with B a build of the same source, an A/B "
+                         "of the setting alone")
     args = ap.parse_args(argv)
 
     isa = args.isa or _dispatch.get_isa()
     builds = {"A": _dispatch.load_variant(isa), "B": load_b(args.b, isa)}
+    if args.b_prefetch:
+        from prefetch_after_work import parse_tuning
+
+        builds["B"]._set_prefetch_tuning(*parse_tuning(args.b_prefetch))
     hq, hkv, d = MODELS[args.model]
     rng = np.random.default_rng(0)
     s_kv = args.ctx + 1

@@ -1,7 +1,7 @@
 """Which decode prefetch setting holds up when other work ran before the call, as in a model?
 
     python tools/prefetch_after_work.py [--ctx 8192] [--threads 2] [--rounds 25]
-        [--before none,mlp,torch,et,faults] [--tunings L2/4,L1/4]
+        [--before none,mlp,torch,et,faults] [--tunings L2/4,L1/4] [--pages 2m|4k]
 
 A cold llama3-8b decode call (the bench's inputs: layers spanning twice the LLC, on 2 MiB pages)
 is timed after one of these, then the bench's pause (_settle: quiet threads, then 5 ms of busy
@@ -17,8 +17,16 @@ cores):
   munmap  256 MB mapped, one store per 2 MiB (128 page faults, little written), unmapped
   read    a 64 MB fp32 sum on torch's threads (a read of memory and nothing else)
 with each prefetch setting (the kernel's _set_prefetch_tuning: L1/L2 = prefetcht0/prefetcht1,
-then the eighths of the next block's K fetched during Q.K^T; "+walk" walks the pages first), all
-interleaved round by round. Printed: the median time per (work before, setting).
+then the eighths of the next block's K fetched during Q.K^T, 0 to 8; "+walk" walks the pages
+first), all interleaved round by round, each round starting one place further along. --pages 4k
+puts the layers on 4 KiB pages (the bench's are on 2 MiB pages where the OS grants them). Printed:
+the median time per (work before, setting).
+
+On the Zen 5 VM of 2026-12-06 (AMD EPYC family 26 model 2), nothing before, 30 rounds, µs,
+L1+walk/8 (Zen 5's setting until then) / L1/8 / L1/4 / L1/0: 2048 keys 234 / 220 / 203 / 209 at 1
+thread and 174 / 163 / 156 / 155 at 2; 8192 keys 860 / 793 / 716 / 736 and 544 / 514 / 461 / 484.
+On 4 KiB pages, L1+walk/4 / L1/4: 226 / 212, 173 / 170, 842 / 764, 500 / 474. L1/3 to L1/5 level;
+L2/4 and L2/2 3-26% slower than L1/4.
 
 On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks.md), medians
 in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:
@@ -59,9 +67,37 @@ from qsdpa import _bench, _dispatch
 from qsdpa._bench import SETTLE_S, Case, ThreadClocks, _Inputs, _Peers, _qsdpa_call, _settle
 from qsdpa._threads import set_num_threads
 
-TUNINGS = {"L2/4": (False, False, 4), "L1/4": (True, False, 4), "L1/0": (True, False, 0), "L1/8": (True, False, 8),
-           "L2/0": (False, False, 0), "L2/8": (False, False, 8), "L1+walk/8": (True, True, 8), "L1+walk/4": (True, True, 4),
-           "L2+walk/4": (False, True, 4)}
+TUNINGS = ("L2/4", "L1/4", "L1/0", "L1/8", "L2/0", "L2/8", "L1+walk/8", "L1+walk/4", "L2+walk/4")  # examples
+
+
+def on_small_pages(arrays):
+    """Copies of `arrays` in one buffer on 4 KiB pages (madvise MADV_NOHUGEPAGE), as a cache in
+    memory numpy or an allocator put on small pages would be."""
+    import mmap
+
+    offsets, total = [], 0
+    for a in arrays:
+        offsets.append(total)
+        total += -(-a.nbytes // 64) * 64
+    region = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    region.madvise(mmap.MADV_NOHUGEPAGE)
+    base = np.frombuffer(region, dtype=np.uint8)
+    out = []
+    for a, off in zip(arrays, offsets):
+        view = base[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+        view[...] = a
+        out.append(view)
+    return out
+
+
+def parse_tuning(name: str):
+    """'L1/4' -> (to_l1, walk_pages, eighths of K during Q.K^T): L1 or L2, optional +walk, /0../8."""
+    level, _, eighths = name.partition("/")
+    walk = level.endswith("+walk")
+    level = level[: -len("+walk")] if walk else level
+    if level not in ("L1", "L2") or not eighths.isdigit() or not 0 <= int(eighths) <= 8:
+        raise SystemExit(f"unknown tuning {name!r}: L1 or L2, optionally +walk, then /0 to /8 (e.g. {', '.join(TUNINGS)})")
+    return level == "L1", walk, int(eighths)
 
 
 def work_before(name: str, case: Case, x: _Inputs, threads: int):
@@ -128,18 +164,21 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default="none,mlp,torch,et",
                     help="comma-separated: none, mlp, torch, et, faults, faultkeep, write, munmap, read")
     ap.add_argument("--tunings", default="L2/4,L1/4", help="comma-separated: " + ", ".join(TUNINGS))
+    ap.add_argument("--pages", choices=("2m", "4k"), default="2m",
+                    help="the layers' pages: 2 MiB where the OS grants them, as the bench's (default), or 4 KiB")
     args = ap.parse_args(argv)
 
     set_num_threads(args.threads)
     case = Case("llama3-8b", "decode", args.ctx, 1, args.threads, "cold")
     x = _Inputs(case, np.random.default_rng(0), _bench.last_level_cache_bytes())
+    if args.pages == "4k":
+        x.layers = [on_small_pages(layer[:6]) + layer[6:] for layer in x.layers]
     call = _qsdpa_call(x)
     module = _dispatch.load_variant(_dispatch.get_isa())
     saved = module._prefetch_tuning()
     tunings = args.tunings.split(",")
     for t in tunings:  # before the work's buffers are built (the MLP's weights are 470 MB)
-        if t not in TUNINGS:
-            raise SystemExit(f"unknown tuning {t!r}: one of {', '.join(TUNINGS)}")
+        parse_tuning(t)
     befores = {b: work_before(b, case, x, args.threads) for b in args.before.split(",")}
     order = [(b, t) for b in befores for t in tunings]
     times = {k: [] for k in order}
@@ -148,11 +187,12 @@ def main(argv=None) -> int:
     try:
         with _bench._quiet_stderr():  # ExecuTorch's per-call "No temp allocator provided"
             for r in range(args.rounds):
-                for j, (b, t) in enumerate(order):
+                turn = order[r % len(order):] + order[:r % len(order)]  # no setting always first
+                for j, (b, t) in enumerate(turn):
                     i = r * len(order) + j
                     if befores[b] is not None:
                         befores[b](i % x.n_layers)
-                    module._set_prefetch_tuning(*TUNINGS[t])
+                    module._set_prefetch_tuning(*parse_tuning(t))
                     clocks.refresh()
                     _settle(SETTLE_S, args.threads, clocks)
                     t0 = time.perf_counter()
