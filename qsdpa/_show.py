@@ -112,7 +112,7 @@ def runtime_report() -> str:
     if sel is not None:
         lines.append(f"selected: {sel.name} ({sel.reason})")
         pf = _dispatch.load_variant(sel.name)._prefetch_tuning()
-        lines.append(f"decode prefetch (chosen for this CPU's vendor and family): next block into "
+        lines.append(f"decode prefetch (chosen for this CPU's vendor): next block into "
                      f"{'L1' if pf['to_l1'] else 'L2'}{', pages walked first' if pf['walk_pages'] else ''}, "
                      f"{pf['k_during_qk_eighths']}/8 of its K during Q.K^T")
     else:

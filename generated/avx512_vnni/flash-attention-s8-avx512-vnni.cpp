@@ -25,10 +25,6 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 static inline int omp_get_num_threads() { return 1; }
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -147,18 +143,21 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
 // How a decode block fetches the next one, per CPU: where its lines go (L1 or L2), whether its
 // pages are walked first (touch_pages), and how much of the next block's K rides on this block's
 // Q.K^T (the rest goes with V, a piece per P.V step).
-// Each core's best was measured on one model of it (paired A/B, llama3-8b decode, 2026-12-02/03):
-// - AMD Zen 5 (family 0x1A): pages walked, then into L1 (prefetcht0): cold decode 3-13% faster
-//   than prefetcht1 with the walks, 6-11% faster with the walks than without; all of K during
-//   Q.K^T (keys outer, an even pace).
-// - AMD Zen 4 (family 0x19, an EPYC with a 1 MiB L2 a core): into L1 without the walks, half of K
-//   during Q.K^T. Measured back to back with nothing else running (2026-12-03), Intel's setting
-//   was best (Zen 5's the slowest of seven: 1.16-1.27x it). But after other work, as in a model,
-//   prefetches into L2 lost up to a third and those into L1 nothing (tools/prefetch_after_work.py,
-//   2026-12-04; cold, 8192 keys, L2 / L1 in us): after a model layer's fp32 MLP on torch's threads
-//   986 / 817 at 2 threads and 1771 / 1538 at 1, after PyTorch's fp32 SDPA 1118 / 824 and
-//   1793 / 1512; with nothing before, 746 / 798 and 1453 / 1503. Earlier AMD families are taken
-//   with Zen 4 (Zen 3's only variant, avx2, was never measured with these prefetches).
+// Each core's best was measured on one model of it (paired A/B, llama3-8b decode):
+// - AMD (Zen 4 and Zen 5 EPYCs, 1 MiB of L2 a core): into L1, no page walks, half of K during
+//   Q.K^T. Zen 5 (family 0x1A), 2026-12-06 (tools/ab_decode.py --b-prefetch, the same build, 5 ms
+//   pause; B/A against its setting until then, pages walked and all of K during Q.K^T): cold 0.867
+//   (2048 keys) and 0.858 (8192) at 1 thread, 0.921 and 0.919 at 2, hot 0.964 and 0.986 (2048);
+//   on 4 KiB pages too (tools/prefetch_after_work.py --pages 4k: the walks cost 2-10% there as
+//   well; they had been 6-11% faster on 2026-12-02, before the keys-outer Q.K^T took K front to
+//   back). Three to five eighths of K during Q.K^T are level; prefetcht1 was 3-26% slower.
+//   Zen 4 (family 0x19, 2026-12-03/04): measured back to back with nothing else running, Intel's
+//   setting was best, but after other work, as in a model, prefetches into L2 lost up to a third
+//   and those into L1 nothing (tools/prefetch_after_work.py; cold, 8192 keys, L2 / L1 in us):
+//   after a model layer's fp32 MLP on torch's threads 986 / 817 at 2 threads and 1771 / 1538 at
+//   1, after PyTorch's fp32 SDPA 1118 / 824 and 1793 / 1512; with nothing before, 746 / 798 and
+//   1453 / 1503. Earlier AMD families are taken with these (Zen 3's only variant, avx2, was never
+//   measured with these prefetches).
 // - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
 //   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
 //   this core's single-thread bandwidth: half of K there and half with V made cold decode 12-15%
@@ -174,13 +173,7 @@ struct PrefetchTuning {
 inline PrefetchTuning default_prefetch_tuning() {
 #if defined(__x86_64__) || defined(__i386__)  // the CPU's, whatever the variant (scalar included)
   __builtin_cpu_init();  // may run before libgcc's own constructor has filled in the CPU model
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__builtin_cpu_is("amd") && __get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
-    const unsigned base = (eax >> 8) & 0xF;
-    const unsigned family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
-    if (family >= 0x1A) return {true, true, 8};
-    return {true, false, 4};
-  }
+  if (__builtin_cpu_is("amd")) return {true, false, 4};
 #endif
   return {false, false, 4};
 }
