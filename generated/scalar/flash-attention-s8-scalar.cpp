@@ -961,9 +961,13 @@ NextItem run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchL
       const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
-      if (first && !fetched) {
+      const bool keys_outer = A.q8 && Mh % 4 == 0;
+      // The item's first block, unless the previous item fetched it: its K at once, its V during
+      // its Q.K^T when that runs keys outer (else at once as well).
+      const bool cold_start = first && !fetched;
+      if (cold_start) {
         prefetch_row(kb + n0 * kbytes, nb * kbytes);
-        prefetch_row(vb + n0 * vbytes, nb * vbytes);
+        if (!keys_outer) prefetch_row(vb + n0 * vbytes, nb * vbytes);
       }
       size_t klen = next_nb * kbytes, vlen = next_nb * vbytes;
       const int8_t* kn = kb + (n0 + nb) * kbytes;
@@ -986,13 +990,13 @@ NextItem run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchL
         touch_pages(vn, vlen);
       }
       const size_t loops = pv_columns(D).prefetch_loops(), pv_steps = nb * (loops ? loops : 1);
-      const bool keys_outer = A.q8 && Mh % 4 == 0;
       // The next block's K: the first klen_qk bytes during the keys-outer Q.K^T, the rest with V.
       const size_t klen_qk = keys_outer ? klen * pft.k_during_qk / 8 / 64 * 64 : 0;
       const int8_t* krest = kn + klen_qk;
       const size_t krest_len = keys_outer ? klen - klen_qk : 0;
       if (keys_outer) {
-        const RowPrefetch pfk = spread(kn, klen_qk, nullptr, 0, nb / 2 * hg, pft.to_l1);
+        const RowPrefetch pfk = spread(kn, klen_qk, cold_start ? vb + n0 * vbytes : nullptr, cold_start ? nb * vbytes : 0,
+                                       nb / 2 * hg, pft.to_l1);
         const int8_t* kblk = kb + n0 * kbytes;
         if (D == 128) qk_heads_keys_outer<128>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
         else if (D == 64) qk_heads_keys_outer<64>(hg, Mh, nb, D, x.q16, ldq, x.qbias, kblk, kbytes, A.kst.h, x.dots, P.kv_block, pfk);
