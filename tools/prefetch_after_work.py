@@ -26,7 +26,7 @@ On the Zen 5 VM of 2026-12-06 (AMD EPYC family 26 model 2), nothing before, 30 r
 L1+walk/8 (Zen 5's setting until then) / L1/8 / L1/4 / L1/0: 2048 keys 234 / 220 / 203 / 209 at 1
 thread and 174 / 163 / 156 / 155 at 2; 8192 keys 860 / 793 / 716 / 736 and 544 / 514 / 461 / 484.
 On 4 KiB pages, L1+walk/4 / L1/4: 226 / 212, 173 / 170, 842 / 764, 500 / 474. L1/3 to L1/5 level;
-L2/4 and L2/2 3-26% slower than L1/4.
+L2/4 and L2/2 2-27% slower than L1/4.
 
 On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks.md), medians
 in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:

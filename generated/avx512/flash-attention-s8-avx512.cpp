@@ -149,8 +149,8 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
 //   pause; B/A against its setting until then, pages walked and all of K during Q.K^T): cold 0.867
 //   (2048 keys) and 0.858 (8192) at 1 thread, 0.921 and 0.919 at 2, hot 0.964 and 0.986 (2048);
 //   on 4 KiB pages too (tools/prefetch_after_work.py --pages 4k: the walks cost 2-10% there as
-//   well; they had been 6-11% faster on 2026-12-02, before the keys-outer Q.K^T took K front to
-//   back). Three to five eighths of K during Q.K^T are level; prefetcht1 was 3-26% slower.
+//   well; they had measured 6-11% faster on 2026-12-02, on the kernel of then). Three to five
+//   eighths of K during Q.K^T are level; prefetcht1 was 2-27% slower.
 //   Zen 4 (family 0x19, 2026-12-03/04): measured back to back with nothing else running, Intel's
 //   setting was best, but after other work, as in a model, prefetches into L2 lost up to a third
 //   and those into L1 nothing (tools/prefetch_after_work.py; cold, 8192 keys, L2 / L1 in us):
