@@ -210,8 +210,10 @@ __attribute__((always_inline)) inline void prefetch_piece(const int8_t* p, size_
 // the prefetches of their lines that follow land. On Zen 5, prefetches into pages the TLB did not
 // hold came in late or not at all: with 4 KiB pages, cold llama3-8b decode (2048 keys) ran 6-11%
 // faster at 1 thread with these loads, 1-7% at 2 (and 13-20% / 8-10% with prefetcht0 as well);
-// with 2 MiB pages, where they find nothing to walk, the loads cost 1-4%. Loads, not prefetches:
-// a prefetch is what gets dropped. Only bytes inside the range are read.
+// with 2 MiB pages, where they find nothing to walk, the loads cost 1-4% (2026-12-02). Measured
+// again on 2026-12-06, on the kernel of then, they cost 2-10% on 4 KiB pages too, and no CPU's
+// default (prefetch_tuning) takes them. Loads, not prefetches: a prefetch is what gets dropped.
+// Only bytes inside the range are read.
 __attribute__((always_inline)) inline void touch_pages(const int8_t* p, size_t bytes) {
   if (bytes == 0) return;
   uint32_t sum = static_cast<uint8_t>(*reinterpret_cast<const volatile int8_t*>(p));
