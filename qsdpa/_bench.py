@@ -261,9 +261,10 @@ def transparent_huge_pages() -> str:
     return m.group(1) if m else "n/a"
 
 
-def on_huge_pages(arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
+def on_huge_pages(arrays: Sequence[np.ndarray], huge: bool = True) -> List[np.ndarray]:
     """Copies of `arrays`, each 64-byte aligned, in one buffer that starts on a 2 MiB boundary and
-    asks the OS for 2 MiB pages (madvise MADV_HUGEPAGE; plain memory where there is no such call).
+    asks the OS for 2 MiB pages (madvise MADV_HUGEPAGE; plain memory where there is no such call),
+    or, with huge=False, for 4 KiB pages (MADV_NOHUGEPAGE: what an A/B on small pages wants).
 
     A cold decode call's time depends on the pages it reads: with 4 KiB pages it walks a page
     table every 4 KiB of K and V (on the Intel VM of 2026-12-02, llama3-8b at 2048 keys, 1 thread:
@@ -281,7 +282,7 @@ def on_huge_pages(arrays: Sequence[np.ndarray]) -> List[np.ndarray]:
     if hasattr(mmap, "MADV_HUGEPAGE"):
         # private: a shared anonymous mapping is shmem, whose huge pages are another setting
         region = mmap.mmap(-1, total + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        region.madvise(mmap.MADV_HUGEPAGE)
+        region.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
         base = np.frombuffer(region, dtype=np.uint8)  # keeps the mapping alive
         start = -base.ctypes.data % HUGE_PAGE
     else:

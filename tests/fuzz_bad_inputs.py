@@ -384,7 +384,6 @@ def _(kw, rng):
     kw["bogus"] = 1
 
 
-
 SNAPSHOT_CAP = 1 << 28  # bytes
 
 

@@ -70,26 +70,6 @@ from qsdpa._threads import set_num_threads
 TUNINGS = ("L2/4", "L1/4", "L1/0", "L1/8", "L2/0", "L2/8", "L1+walk/8", "L1+walk/4", "L2+walk/4")  # examples
 
 
-def on_small_pages(arrays):
-    """Copies of `arrays` in one buffer on 4 KiB pages (madvise MADV_NOHUGEPAGE), as a cache in
-    memory numpy or an allocator put on small pages would be."""
-    import mmap
-
-    offsets, total = [], 0
-    for a in arrays:
-        offsets.append(total)
-        total += -(-a.nbytes // 64) * 64
-    region = mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    region.madvise(mmap.MADV_NOHUGEPAGE)
-    base = np.frombuffer(region, dtype=np.uint8)
-    out = []
-    for a, off in zip(arrays, offsets):
-        view = base[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
-        view[...] = a
-        out.append(view)
-    return out
-
-
 def parse_tuning(name: str):
     """'L1/4' -> (to_l1, walk_pages, eighths of K during Q.K^T): L1 or L2, optional +walk, /0../8."""
     level, _, eighths = name.partition("/")
@@ -172,7 +152,7 @@ def main(argv=None) -> int:
     case = Case("llama3-8b", "decode", args.ctx, 1, args.threads, "cold")
     x = _Inputs(case, np.random.default_rng(0), _bench.last_level_cache_bytes())
     if args.pages == "4k":
-        x.layers = [on_small_pages(layer[:6]) + layer[6:] for layer in x.layers]
+        x.layers = [_bench.on_huge_pages(layer[:6], huge=False) + layer[6:] for layer in x.layers]
     call = _qsdpa_call(x)
     module = _dispatch.load_variant(_dispatch.get_isa())
     saved = module._prefetch_tuning()
