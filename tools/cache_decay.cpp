@@ -17,9 +17,11 @@
 // five runs within ten minutes, ns per line read back after 0 / 1 / 5 / 10 ms of spinning (ranges
 // over the runs): 16 KiB 1.1-1.2 / 1.2-12 / 10-71 / 12-121; 256 KiB 3.8-5.2 / 4.5-11 / 8.5-34 /
 // 15-111; 4 MiB 16-149 / 20-134 / 82-116 / 98-112; the memory 166-297. How fast the lines go
-// changes from minute to minute (other tenants' load), but within the bench's 5 ms pause an
-// L1-sized working set is mostly in L3 or memory again: while this thread spins on registers,
-// other work empties its L1, L2 and L3. A 1-key qsdpa decode call (1 thread, a Python function
+// changes from minute to minute (other tenants' load; a sixth run read 16 KiB back at 8.9 ns after
+// 5 ms), but within the bench's 5 ms pause an L1-sized working set is mostly out of L1 and L2:
+// while this thread spins on registers, something else empties them (another tenant's work on
+// the same core, or the vCPU moved). The larger buffers' rows also pay TLB misses after a pause
+// (4 KiB pages), so they overstate what L3 loses. A 1-key qsdpa decode call (1 thread, a Python function
 // calling the variant's entry) took 10 us after 1 ms of waiting, 20 after 3, 40 after 10, 2.5
 // straight after the previous call, the same whether the wait spun in C, spun in Python or slept.
 #include <algorithm>
