@@ -38,13 +38,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The buffer as one cycle through all its lines, in a random order.
-std::vector<char*> make_chase(char* buf, size_t bytes, std::mt19937_64& rng) {
+char* make_chase(char* buf, size_t bytes, std::mt19937_64& rng) {
   const size_t n = bytes / 64;
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   std::shuffle(order.begin(), order.end(), rng);
   for (size_t i = 0; i < n; ++i) *reinterpret_cast<char**>(buf + order[i] * 64) = buf + order[(i + 1) % n] * 64;
-  return {buf + order[0] * 64};
+  return buf + order[0] * 64;
 }
 
 __attribute__((noinline)) char* chase(char* p, size_t steps) {
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   for (size_t bytes : sizes) {
     std::vector<char> storage(bytes + 64);
     char* buf = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) & ~uintptr_t{63});
-    char* start = make_chase(buf, bytes, rng)[0];
+    char* start = make_chase(buf, bytes, rng);
     const size_t n = bytes / 64;
     std::printf("%7zu KiB", bytes >> 10);
     for (double ms : pauses_ms) {
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   const size_t big = size_t{256} << 20;
   std::vector<char> storage(big + 64);
   char* buf = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(storage.data()) + 63) & ~uintptr_t{63});
-  char* p = make_chase(buf, big, rng)[0];
+  char* p = make_chase(buf, big, rng);
   const size_t steps = 2000000;
   const auto t0 = Clock::now();
   p = chase(p, steps);
