@@ -1153,6 +1153,32 @@ def cores_note(meta: Dict[str, object], results: Sequence[Result]) -> str:
             + (f"; started without the cores after the wait: {', '.join(short)}." if short else "."))
 
 
+# The hand-written part of a results file: README's command rewrites docs/benchmarks.md in place, and
+# the notes below this heading (what the numbers mean on that machine) must survive the new table.
+NOTES_HEADING = "## Reading these numbers"
+
+
+def write_markdown(path: str, report: str) -> int:
+    """Write the report to path, keeping an existing file's notes (the NOTES_HEADING line and all
+    after it) below the new report. Returns how many lines of notes were kept (0: none)."""
+    notes: List[str] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = f.read().splitlines()
+    except FileNotFoundError:
+        old = []
+    for i, line in enumerate(old):
+        if line.rstrip() == NOTES_HEADING or line.startswith(NOTES_HEADING + " "):
+            notes = old[i:]
+            break
+    text = report.rstrip("\n") + "\n"
+    if notes:
+        text += "\n" + "\n".join(notes) + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return len(notes)
+
+
 def markdown_report(meta: Dict[str, object], results: Sequence[Result],
                     targets: Sequence[TargetResult], scaling=()) -> str:
     m = meta["machine"]
@@ -1464,9 +1490,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             json.dump(results_json(meta, results, targets, peers.missing), f, indent=1)
         print(f"wrote {args.json}")
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(markdown_report(meta, results, targets, scaling))
-        print(f"wrote {args.markdown}")
+        kept = write_markdown(args.markdown, markdown_report(meta, results, targets, scaling))
+        print(f"wrote {args.markdown}" + (f" (kept its {kept} lines of notes from {NOTES_HEADING!r} on)" if kept else ""))
     if args.plot:
         panels = write_plot(args.plot, results, f"qsdpa {meta['isa']} — {meta['machine']['cpu']} — {meta['date']}")
         print(f"wrote {args.plot} ({panels} panel{'s' if panels != 1 else ''})")

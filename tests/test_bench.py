@@ -383,6 +383,21 @@ def test_cli_plot_markdown_filter(tmp_path, capsys):
     assert data["command"].startswith("python -m qsdpa bench --filter")
 
 
+def test_markdown_rewrite_keeps_the_notes(tmp_path):
+    """README's command rewrites docs/benchmarks.md in place: the new table replaces the old one and
+    the hand-written notes (the NOTES_HEADING line on) stay, in order, below it."""
+    md = tmp_path / "r.md"
+    assert _bench.write_markdown(str(md), "# new table\n\n| a |\n") == 0  # no file yet: nothing kept
+    assert md.read_text() == "# new table\n\n| a |\n"
+    notes = [_bench.NOTES_HEADING + " (notes by hand)", "", "- first note", "- second note"]
+    md.write_text("# old table\n\n| old |\n\n" + "\n".join(notes) + "\n")
+    assert _bench.write_markdown(str(md), "# new table\n\n| b |\n") == len(notes)
+    assert md.read_text() == "# new table\n\n| b |\n\n" + "\n".join(notes) + "\n"
+    md.write_text("# old table without notes\n")
+    assert _bench.write_markdown(str(md), "# new\n") == 0
+    assert md.read_text() == "# new\n"
+
+
 def _exit_code(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         _bench.main(argv)
