@@ -3,7 +3,7 @@
 // A decode step calls quantized_sdpa once per layer, each time after the layer's other work has
 // emptied the caches. The Python function's fast path (qsdpa/_attention.py) is ~25 type checks; run
 // by the interpreter with cold caches they took ~20 us of a call on the Zen 4 VM of
-// docs/benchmarks.md (a 1-key call after the bench's pause: 75 us through them, 53 from a C
+// docs/benchmarks-history.md (a 1-key call after the bench's pause: 75 us through them, 53 from a C
 // function making the same checks, 51 calling the variant module directly). This function makes
 // exactly the Python fast path's checks and, when they hold, calls the selected variant module
 // itself. Every other call, and every call the variant module refuses with a ValueError or

@@ -15,7 +15,7 @@
 // Linux lends a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM); a
 // CPU or kernel without it makes the probe say so and exit.
 //
-// On the Intel Xeon VM of 2026-12-02 (docs/benchmarks.md), medians: 2048 keys (2 MB of K, from
+// On the Intel Xeon VM of 2026-12-02 (docs/benchmarks-history.md), medians: 2048 keys (2 MB of K, from
 // L2 and L3) vnni 48.9-55.1 us, amx 70.6-71.5 us complete and 48.0-48.9 us for the tiles alone;
 // 8192 keys 281.5 against 376.6 (tiles 284.9); 512 keys (in L2) 11.6 against 13.2 (tiles 9.3).
 // A tdpbsud alone takes 4.4 ns, a 16-row tile load 2.2 ns, a tile store 4.1 ns. So AMX does not

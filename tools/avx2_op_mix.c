@@ -7,10 +7,10 @@
 // The clock is calibrated from ten independent FMAs, taken to run at two per cycle (Zen 3 and
 // every Intel core since Haswell). Each line then runs one mix of ten instructions and prints
 // cycles per group and instructions per cycle. On the 2-vCPU AMD EPYC (Zen 3) VM of
-// docs/benchmarks.md, an FMA beside any of the kernel's other vector instructions (vpmaddwd,
+// docs/benchmarks-history.md, an FMA beside any of the kernel's other vector instructions (vpmaddwd,
 // vpaddd, vbroadcastss, vcvtdq2ps, vpmovsxbd) runs at 2.1-2.5 instructions per cycle, not the 4
 // the FP unit has pipes for: the kernel's time per key is set by how many vector instructions it
-// issues, which is what docs/benchmarks.md compares with the cold-cache budget.
+// issues, which is what docs/benchmarks-history.md compares with the cold-cache budget.
 #include <stdio.h>
 #include <time.h>
 

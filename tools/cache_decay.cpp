@@ -13,7 +13,7 @@
 // The last row is the memory's latency: the same chase over 256 MiB, nothing cached (4 KiB pages:
 // TLB misses included).
 //
-// On the Zen 4 VM of 2026-12-06 (AMD EPYC family 25 model 17, KVM, 2 vCPUs; docs/benchmarks.md),
+// On the Zen 4 VM of 2026-12-06 (AMD EPYC family 25 model 17, KVM, 2 vCPUs; docs/benchmarks-history.md),
 // five runs within ten minutes, ns per line read back after 0 / 1 / 5 / 10 ms of spinning (ranges
 // over the runs): 16 KiB 1.1-1.2 / 1.2-12 / 10-71 / 12-121; 256 KiB 3.8-5.2 / 4.5-11 / 8.5-34 /
 // 15-111; 4 MiB 16-149 / 20-134 / 82-116 / 98-112; the memory 166-297. How fast the lines go

@@ -16,7 +16,7 @@ selected variant. Printed: the median time of each stamp since the Python-side o
 10th and 90th percentiles, each after the bench's pause (_settle) and back to back; then how late
 the last thread started after the first, how far apart the threads' items ended, and the merge.
 
-On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), llama3-8b decode, cold, medians after the
+On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), llama3-8b decode, cold, medians after the
 pause (back to back), µs since the Python stamp. 2 threads, 2048 keys: binding entered 35 (3.6),
 kernel called 54 (12), first thread started 81 (13), the second 35 later (0.4); the threads'
 items took ~420 µs each (~217), ended 29 apart (p90 190; 16), back in Python at 540 (242).

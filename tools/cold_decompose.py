@@ -15,7 +15,7 @@ hot b2b is the call's compute with its data in the caches; cold b2b - hot b2b, w
 leave of the memory time unhidden; pause - b2b, what the pause costs (on a VM whose neighbours
 empty the caches meanwhile, it is paid by hot calls too).
 
-On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), medians in us (hot pause / hot b2b / cold pause /
+On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), medians in us (hot pause / hot b2b / cold pause /
 cold b2b / floor pause / floor b2b): 1 thread, 2048 keys 517 / 394 / 527 / 455 / 215 / 167 and
 428 / 337 / 405 / 355 / 167 / 143; 8192 keys 1525 / 1425 / 1682 / 1631 / 667 / 628 and
 1533 / 1453 / 1532 / 1500 / 625 / 624. 2 threads: 2048 keys 328 / 201 / 319 / 243 / 147 / 121 and

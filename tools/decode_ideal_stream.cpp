@@ -43,7 +43,7 @@
 // halted vCPU instead (2049 keys, extra=1400: cold 266-272 us against 176-181 with busy=0).
 // With layers=1 the same cache every call: the compute alone (from cache).
 //
-// On the Zen 5 VM of 2026-12-02 (docs/benchmarks.md), 2048 keys, median ratios to the read over this
+// On the Zen 5 VM of 2026-12-02 (docs/benchmarks-history.md), 2048 keys, median ratios to the read over this
 // session's runs: from cache the step took 94-137 us at 1 thread (0.7-1.0x a cold read of its bytes;
 // qsdpa's whole kernel 1.2-1.45x), 54-80 us at 2. Cold after a 5 ms pause: phase-pf 1.38-1.56x
 // the read at 1 thread and 0.94-1.61x at 2 (8192 keys: 1.38-1.49 and 1.27-1.61); pages-pf

@@ -8,7 +8,7 @@
  *
  *   gcc -O2 -fopenmp tools/omp_wake.c -o /tmp/omp_wake -lpthread && for m in 0 1 2; do /tmp/omp_wake $m; done
  *
- * On the Intel Xeon VM of 2026-12-02 (docs/benchmarks.md), medians of 200, two runs: back to back,
+ * On the Intel Xeon VM of 2026-12-02 (docs/benchmarks-history.md), medians of 200, two runs: back to back,
  * both threads in within 0.5 us and the region 50.7-50.8 us; after the busy pause, the master
  * enters 10.7-10.8 us late (its futex wake of the worker) and the worker 20.5-22 us late (p90
  * 26-877 us), region 71-73 us; after a sleep 12.0-12.2 and 38.6-39.7 us, region 89-91 us.

@@ -14,7 +14,7 @@ Probes: a 50-iteration Python loop; np.add of 1000 floats; a sum over 64 KB; qsd
 call on a 1-key llama3-8b decode (32 query / 8 KV heads, D 128) at 1 and at 2 threads (the second
 also wakes the OpenMP worker, asleep after the pause).
 
-On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), 5 ms pause: Python loop 14.5 / 1.5 us,
+On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), 5 ms pause: Python loop 14.5 / 1.5 us,
 np.add 34 / 1.6, 64 KB sum 53 / 5.2, qsdpa 1 thread 58-67 / 4-8, 2 threads 104 / 16; a 4.2 MB
 read from L3 (tools/decode_ideal_stream.cpp, layers=1) took 42 us back to back, 57 after 1 ms,
 84 after 2 ms, 142 after 5 ms and 233 after 20 ms, as much as a read from memory.

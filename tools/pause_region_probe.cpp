@@ -12,7 +12,7 @@
 // same region again back to back. Printed: median FMA time of each thread, how late the worker
 // started after the master, and the region's wall time.
 //
-// On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), 100000 steps, 60 rounds, three runs: each
+// On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), 100000 steps, 60 rounds, three runs: each
 // thread's FMA work took 110-112 us after the pause and back to back alike; the worker started
 // 17-34 us after the master after the pause (0.3 back to back) and the region's wall time was
 // 144-189 us against 112-120. So after the pause both vCPUs compute at full speed; what a 2-thread

@@ -28,7 +28,7 @@ thread and 174 / 163 / 156 / 155 at 2; 8192 keys 860 / 793 / 716 / 736 and 544 /
 On 4 KiB pages, L1+walk/4 / L1/4: 226 / 212, 173 / 170, 842 / 764, 500 / 474. L1/3 to L1/5 level;
 L2/4 and L2/2 2-27% slower than L1/4.
 
-On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks.md), medians
+On the Zen 4 VM of 2026-12-04 (AMD EPYC family 25 model 17, 2 vCPUs; docs/benchmarks-history.md), medians
 in µs, L2/4 (Intel's setting, Zen 4's until then) against L1/4:
   2 threads, 8192 keys: none 746 / 798, mlp 986 / 817, torch 1118 / 824, et 1095 / 818;
                         faults 914 / 871 (and 970 / 847 with 32 MB), read 783 / 844 (in a

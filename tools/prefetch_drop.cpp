@@ -6,7 +6,7 @@
 //   /tmp/prefetch_drop             # chunk 131072 B, hint t1, gaps 0 5 10 20 40, waits 100 us and 0
 //   /tmp/prefetch_drop 16384 0     # chunk bytes, hint (0: t0, 1: t1, 2: t2, 3: nta, -1: no prefetch)
 //
-// On the Zen 5 VM of 2026-12-01 (docs/benchmarks.md): with no gap, 128 KiB of prefetcht1 left most
+// On the Zen 5 VM of 2026-12-01 (docs/benchmarks-history.md): with no gap, 128 KiB of prefetcht1 left most
 // lines uncached (the read after ran at 32-46 GB/s, no prefetch at all 26-32); with ~2-3 ns
 // between prefetches they landed (60-110 GB/s; a read of cached lines: 120-136). So a kernel's
 // prefetches must come at an even pace, not in a burst.

@@ -26,7 +26,7 @@
 // accumulators (the instruction overwrites its accumulator; ~40 stack moves in the loop), which
 // made the dots alone twice as slow as fma.
 //
-// On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), where 512-bit vpdpbusd and FMA both run
+// On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), where 512-bit vpdpbusd and FMA both run
 // about one a cycle (3.2 and 3.4 G/s in a register-only loop), ns per key, three runs: fma
 // 10.3-10.6; u8x3 10.9-11.1 complete (dots alone 7.9-8.0, the transpose 1.4-1.6; errors: fma
 // 2.8e-7, u8x3 1.7e-7); u8x2 7.8-8.4 (error 1.8e-5). So with fp32 accuracy kept, integer dots

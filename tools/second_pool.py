@@ -15,7 +15,7 @@ one 2-thread qsdpa call and stays alive; each measurement runs without it, then 
         -DQSDPA_AB_SUFFIX as tools/ab_decode.py explains), hot llama3-8b decode at 2 threads, each
         timed call after the bench's pause (if any) and three untimed calls; outputs must match
 
-On the Zen 4 VM of 2026-12-03 (docs/benchmarks.md), with OpenMP barriers in the kernel (ee91e74):
+On the Zen 4 VM of 2026-12-03 (docs/benchmarks-history.md), with OpenMP barriers in the kernel (ee91e74):
 scaling 1.72-1.86 (threads busy 1.89-1.91) without a second pool, 1.72 and 1.56 (busy 1.79) with
 one. A/B against that build of the spin-waits that replaced the barriers (6fbd5cb), barriers /
 spin-waits: with a second pool 1.057 (8192 keys) and 1.21 (2048) back to back, 1.057 and 1.12 after

@@ -297,7 +297,7 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   // quantized_sdpa is a plain CPython function (METH_FASTCALL), not a pybind11 one: it is called
   // once per layer and token, and after other work has emptied the caches pybind11's dispatcher
   // (overload records, argument loaders, a tuple of the arguments) cost ~10 us a call on the Zen 4
-  // VM of docs/benchmarks.md against ~3 for this entry. Positional only, no allocation.
+  // VM of docs/benchmarks-history.md against ~3 for this entry. Positional only, no allocation.
   static PyMethodDef quantized_sdpa_def = {
       "quantized_sdpa", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&quantized_sdpa_entry)),
       METH_FASTCALL,
