@@ -1163,7 +1163,7 @@ def write_markdown(path: str, report: str) -> int:
     after it) below the new report. Returns how many lines of notes were kept (0: none)."""
     notes: List[str] = []
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:  # any bytes come back as they were
             old = f.read().splitlines()
     except FileNotFoundError:
         old = []
@@ -1174,7 +1174,7 @@ def write_markdown(path: str, report: str) -> int:
     text = report.rstrip("\n") + "\n"
     if notes:
         text += "\n" + "\n".join(notes) + "\n"
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(text)
     return len(notes)
 

@@ -393,6 +393,9 @@ def test_markdown_rewrite_keeps_the_notes(tmp_path):
     md.write_text("# old table\n\n| old |\n\n" + "\n".join(notes) + "\n")
     assert _bench.write_markdown(str(md), "# new table\n\n| b |\n") == len(notes)
     assert md.read_text() == "# new table\n\n| b |\n\n" + "\n".join(notes) + "\n"
+    md.write_bytes(b"# old\n" + _bench.NOTES_HEADING.encode() + b"\n\xff latin-1 bytes\n")  # not UTF-8: kept as bytes
+    assert _bench.write_markdown(str(md), "# new\n") == 2
+    assert md.read_bytes() == b"# new\n\n" + _bench.NOTES_HEADING.encode() + b"\n\xff latin-1 bytes\n"
     md.write_text("# old table without notes\n")
     assert _bench.write_markdown(str(md), "# new\n") == 0
     assert md.read_text() == "# new\n"
