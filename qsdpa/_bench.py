@@ -1160,23 +1160,19 @@ NOTES_HEADING = "## Reading these numbers"
 
 def write_markdown(path: str, report: str) -> int:
     """Write the report to path, keeping an existing file's notes (the NOTES_HEADING line and all
-    after it) below the new report. Returns how many lines of notes were kept (0: none)."""
-    notes: List[str] = []
+    after it, exactly as they were) below the new report. Returns how many lines of notes were kept
+    (0: none)."""
     try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:  # any bytes come back as they were
-            old = f.read().splitlines()
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:  # bytes and line ends kept
+            old = f.read()
     except FileNotFoundError:
-        old = []
-    for i, line in enumerate(old):
-        if line.rstrip() == NOTES_HEADING or line.startswith(NOTES_HEADING + " "):
-            notes = old[i:]
-            break
-    text = report.rstrip("\n") + "\n"
-    if notes:
-        text += "\n" + "\n".join(notes) + "\n"
-    with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+        old = ""
+    heading = re.search(r"^" + re.escape(NOTES_HEADING) + r"(?=[ \r\n]|$)", old, re.MULTILINE)
+    notes = old[heading.start():] if heading else ""
+    text = report.rstrip("\n") + "\n" + ("\n" + notes if notes else "")
+    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         f.write(text)
-    return len(notes)
+    return len(notes.splitlines())
 
 
 def markdown_report(meta: Dict[str, object], results: Sequence[Result],

@@ -396,7 +396,10 @@ def test_markdown_rewrite_keeps_the_notes(tmp_path):
     md.write_bytes(b"# old\n" + _bench.NOTES_HEADING.encode() + b"\n\xff latin-1 bytes\n")  # not UTF-8: kept as bytes
     assert _bench.write_markdown(str(md), "# new\n") == 2
     assert md.read_bytes() == b"# new\n\n" + _bench.NOTES_HEADING.encode() + b"\n\xff latin-1 bytes\n"
-    md.write_text("# old table without notes\n")
+    md.write_bytes(b"# old\r\n" + _bench.NOTES_HEADING.encode() + b" (CRLF)\r\n- a note\r\n")  # line ends kept too
+    assert _bench.write_markdown(str(md), "# new\n") == 2
+    assert md.read_bytes() == b"# new\n\n" + _bench.NOTES_HEADING.encode() + b" (CRLF)\r\n- a note\r\n"
+    md.write_text("# old table without notes\n## Reading these numbersX\n")  # not the heading
     assert _bench.write_markdown(str(md), "# new\n") == 0
     assert md.read_text() == "# new\n"
 
