@@ -76,6 +76,7 @@ inline vf vpow2i(vf n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
 inline vf vzero_where_less(vf x, vf lo, vf y) { return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), y); }
+inline vf vscale2n(vf p, vf n) { return vmul(p, vpow2i(n)); }  // p * 2^n, n integral in [-126, 127]
 inline vi dzero() { return _mm256_setzero_si256(); }
 inline int32_t dhsum(vi x) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
@@ -183,8 +184,8 @@ inline vi ksum_step(vi acc, vk) { return acc; }
 inline void qk_u8_finish_4x4(const vi*, const vi*, const int32_t*, int32_t*, size_t) {}  // u8 scheme only
 
 // exp(x) for x <= 88, in every variant with the same algorithm: x = n*ln2 + r with |r| <= ln2/2
-// (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n built in the
-// exponent bits. x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
+// (ln2 split in two so n*ln2 is exact), e^r by Cephes' degree-6 polynomial, times 2^n (vscale2n).
+// x < -87.3365 (including -inf) gives exactly 0. Max relative error: see
 // tests/test_attention.py::test_vexp_accuracy (measured, under 2 ulp).
 inline vf vexp(vf x) {
   const vf lo = vset1(-87.33654475f);
@@ -199,7 +200,7 @@ inline vf vexp(vf x) {
   p = vfma(p, r, vset1(1.6666665459e-1f));
   p = vfma(p, r, vset1(5.0000001201e-1f));
   p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-  return vzero_where_less(x, lo, vmul(p, vpow2i(n)));
+  return vzero_where_less(x, lo, vscale2n(p, n));
 }
 
 // Software prefetch of one row into L2 (every 64-byte line of it): the K/V rows of one head are
