@@ -65,12 +65,18 @@ struct AttentionPlan {
   size_t items;          // batch * (kv_heads / heads_per_item) * q_blocks * kv_splits
   size_t threads;
   bool convert_v;        // each V block is converted to fp32 once, for the many rows that read it
+  bool pack_keys;        // ... and its K packed once into key panels (key_panel_bytes) for a GEMM-form Q.K^T
 };
 
 // P.V reads each V row once per row tile. With this many query rows per KV head (prefill) the
 // block is converted to fp32 once and the row tiles load floats: that drops the widening from
 // every tile's inner loop. Decode's few rows per head convert on the fly.
 constexpr size_t kConvertVRows = 16;
+
+// Key panels (AttentionPlan::pack_keys, variants with a GEMM-form Q.K^T): a block's K as 4-byte
+// groups, group c of every key side by side ([pad4(D) / 4][key_panel_keys(kv_block)][4] int8, keys
+// past the block's zero), then each key's int32 sum. The GEMM tile steps 32 keys.
+constexpr size_t key_panel_keys(size_t kv_block) { return (kv_block + 31) / 32 * 32; }
 
 constexpr size_t kScratchAlign = 64;
 
@@ -88,6 +94,7 @@ struct ScratchLayout {
   size_t params_off, params_bytes;  // the block's K and V qparams, 4 x kv_block (int32 / fp32) per KV head
   size_t vcopy_off, vcopy_bytes;    // the block's V rows of one head, packed: kv_block x D int8
   size_t vf32_off, vf32_bytes;      // ... or converted (AttentionPlan::convert_v): kv_block x D fp32
+  size_t kpanel_off, kpanel_bytes;  // AttentionPlan::pack_keys: the block's K panels and key sums (key_panel_keys)
   size_t max_off, max_bytes;        // running row max, M fp32 (none with partials: the record has it)
   size_t sum_off, sum_bytes;        // running row sum, M fp32 (likewise)
   size_t terms_off, terms_bytes;    // per row: accumulator rescale and V zero-point term, 2 x M fp32
@@ -111,7 +118,8 @@ constexpr size_t query_row_elems(size_t head_dim) { return (head_dim + kQueryPad
 // heads: KV heads whose block qparams are gathered together (AttentionPlan::heads_per_item).
 // Checked arithmetic: qsdpa.scratch_layout takes any sizes, and reports ScratchLayout::overflow.
 inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
-                                    size_t partial_items, size_t heads = 1, bool convert_v = false) {
+                                    size_t partial_items, size_t heads = 1, bool convert_v = false,
+                                    bool pack_keys = false) {
   ScratchLayout L{};
   bool ovf = false;
   const auto mul = [&ovf](size_t a, size_t b) {
@@ -142,6 +150,8 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
   place(mul(mul(4 * sizeof(float), kv_block), heads), L.params_off, L.params_bytes);
   place(convert_v ? 0 : mul(kv_block, head_dim), L.vcopy_off, L.vcopy_bytes);
   place(convert_v ? mul(mul(kv_block, head_dim), sizeof(float)) : 0, L.vf32_off, L.vf32_bytes);
+  const size_t panel_keys = add(kv_block, 31) / 32 * 32;  // key_panel_keys
+  place(pack_keys ? mul(panel_keys, add(add(head_dim, 3) / 4 * 4, sizeof(int32_t))) : 0, L.kpanel_off, L.kpanel_bytes);
   // With KV splits every item is a split item and runs in its partial record: no row max, sum or
   // accumulator in the slice (16 KiB a thread for llama3-8b decode).
   const size_t running = partial_items ? 0 : 1;
@@ -169,7 +179,7 @@ inline ScratchLayout scratch_layout(size_t threads, size_t rows, size_t kv_block
 // cache is read front to back. KV splits (flash-decoding) only when there are fewer than 4 items
 // per thread (2 for all-heads items), never more splits than KV blocks. force_splits > 0 overrides (tests use it).
 inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size_t kv_block, size_t max_rows,
-                                    size_t force_splits, size_t kv_block_grouped = 0) {
+                                    size_t force_splits, size_t kv_block_grouped = 0, bool gemm_qk = false) {
   AttentionPlan P{};
   const size_t rep = A.q_heads / A.kv_heads;
   const bool seq_major = A.kst.h < A.kst.s && A.vst.h < A.vst.s;
@@ -204,6 +214,8 @@ inline AttentionPlan plan_attention(const AttentionArgs& A, size_t threads, size
   P.kv_splits = splits;
   P.items = base * splits;
   P.convert_v = P.heads_per_item == 1 && rep * P.q_positions >= kConvertVRows;
+  // gemm_qk: the variant has a GEMM-form Q.K^T for int8 queries over whole 4-byte groups of K.
+  P.pack_keys = gemm_qk && P.convert_v && A.q8 != nullptr && A.head_dim % 4 == 0 && P.kv_block % 32 == 0;
   return P;
 }
 
@@ -253,7 +265,7 @@ inline bool kernel_checks_kv_scales(const AttentionArgs& A, const AttentionPlan&
 // The scratch layout of one call with this plan.
 inline ScratchLayout plan_scratch_layout(const AttentionPlan& P, const AttentionArgs& A) {
   return scratch_layout(P.threads, P.rows_per_item, P.kv_block, A.head_dim, A.q8 == nullptr,
-                        P.kv_splits > 1 ? P.items : 0, P.heads_per_item, P.convert_v);
+                        P.kv_splits > 1 ? P.items : 0, P.heads_per_item, P.convert_v, P.pack_keys);
 }
 
 }  // namespace qsdpa

@@ -489,6 +489,7 @@ inline py::dict layout_dict(const ScratchLayout& L) {
   part("block_params", L.params_off, L.params_bytes);
   part("value_rows", L.vcopy_off, L.vcopy_bytes);
   part("value_f32", L.vf32_off, L.vf32_bytes);
+  part("key_panels", L.kpanel_off, L.kpanel_bytes);
   part("row_max", L.max_off, L.max_bytes);
   part("row_sum", L.sum_off, L.sum_bytes);
   part("row_terms", L.terms_off, L.terms_bytes);
@@ -505,6 +506,7 @@ inline py::dict plan_dict(const AttentionPlan& P) {
   py::dict d;
   d["heads_per_item"] = P.heads_per_item;
   d["convert_v"] = P.convert_v;
+  d["pack_keys"] = P.pack_keys;
   d["rows_per_item"] = P.rows_per_item;
   d["q_positions"] = P.q_positions;
   d["q_blocks"] = P.q_blocks;

@@ -270,6 +270,22 @@ def test_prefill_converts_each_v_block_once(kmod, seq_dim2):
     check(kmod, decode, 299)
 
 
+@pytest.mark.parametrize("head_dim,kv_len,q_len", [(128, 300, 48), (68, 77, 20), (4, 33, 33), (66, 90, 40)])
+def test_prefill_gemm_qk_key_panels(kmod, head_dim, kv_len, q_len):
+    """Variants with a GEMM-form Q.K^T (kmod.GEMM_QK) pack each K block of a prefill into key panels
+    when the head dim is whole 4-byte groups: the tails of a block's keys (under 16) and of a row
+    (under 64 bytes), and the zero padding to 32 keys, all give the exact dots."""
+    case = make_case(_rng("pack-keys", head_dim, kv_len, q_len), 1, 8, 2, q_len, kv_len, head_dim)
+    start = kv_len - q_len
+    plan = _plan(kmod, case, start, True)
+    packs = bool(kmod.GEMM_QK) and head_dim % 4 == 0
+    assert plan["convert_v"] and plan["pack_keys"] == packs
+    panel_keys = -(-plan["kv_block"] // 32) * 32
+    assert plan["scratch"]["slice"]["key_panels"][1] == (panel_keys * (head_dim + 4) if packs else 0)
+    check(kmod, case, start, is_causal=True)
+    check(kmod, case, start)
+
+
 def test_variants_agree(kmod, isa_name):
     """Every variant against the scalar variant on one decode and one prefill case."""
     scalar = qsdpa._dispatch.load_variant("scalar")
@@ -359,19 +375,22 @@ def test_omp_num_threads_sets_the_default():
 
 
 # --------------------------------------------------------------------------- scratch and the arena
-@pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials,heads,convert_v",
-                         [(1, 4, 256, 128, False, 0, 1, False), (2, 64, 256, 128, True, 0, 1, True),
-                          (2, 3, 256, 80, False, 9, 1, False), (8, 1, 16, 8, False, 33, 1, False),
-                          (3, 96, 512, 256, True, 12, 1, True), (2, 32, 64, 128, False, 8, 8, False)])
-def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials, heads, convert_v):
+@pytest.mark.parametrize("threads,rows,kv_block,head_dim,float_query,partials,heads,convert_v,pack_keys",
+                         [(1, 4, 256, 128, False, 0, 1, False, False), (2, 64, 256, 128, True, 0, 1, True, False),
+                          (2, 3, 256, 80, False, 9, 1, False, False), (8, 1, 16, 8, False, 33, 1, False, False),
+                          (3, 96, 512, 256, True, 12, 1, True, False), (2, 32, 64, 128, False, 8, 8, False, False),
+                          (2, 64, 256, 128, False, 0, 1, True, True), (1, 40, 200, 68, False, 5, 1, True, True)])
+def test_scratch_layout(threads, rows, kv_block, head_dim, float_query, partials, heads, convert_v, pack_keys):
     L = qsdpa.scratch_layout(threads, rows, kv_block, head_dim, float_query=float_query, partial_items=partials,
-                             heads=heads, convert_v=convert_v)
+                             heads=heads, convert_v=convert_v, pack_keys=pack_keys)
     # int8 queries are kept as int16 (q - zq), each row zero-padded to a multiple of 64 elements.
     qbytes = rows * head_dim * 4 if float_query else rows * -(-head_dim // 64) * 64 * 2
     i8 = 0 if float_query else 1
     expected = {"query": qbytes, "query_scales": i8 * 4 * rows, "query_sums": i8 * 8 * rows,
                 "dots": i8 * 4 * rows * kv_block, "scores": 4 * rows * kv_block, "block_params": 16 * kv_block * heads,
                 "value_rows": 0 if convert_v else kv_block * head_dim, "value_f32": 4 * kv_block * head_dim if convert_v else 0,
+                # K panels of keys padded to 32, head_dim to 4 bytes, then an int32 sum per key
+                "key_panels": -(-kv_block // 32) * 32 * (-(-head_dim // 4) * 4 + 4) if pack_keys else 0,
                 "row_terms": 8 * rows,
                 # split items (any partials) keep their running max, sum and accumulator in the record
                 "row_max": 0 if partials else 4 * rows, "row_sum": 0 if partials else 4 * rows,

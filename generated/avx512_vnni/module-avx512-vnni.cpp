@@ -57,7 +57,8 @@ const qsdpa::ArenaApi* g_arena = nullptr;
 // is what the kernel runs.
 qsdpa::AttentionPlan attention_plan_for(const qsdpa::AttentionArgs& A, int threads, int force_splits) {
   return qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                               static_cast<size_t>(force_splits), 64);
+                               static_cast<size_t>(force_splits), 64,
+                               true);
 }
 
 // The module's quantized_sdpa (registered below as a METH_FASTCALL function): 16 or 17 positional
@@ -132,6 +133,8 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   mod.doc() = "qsdpa kernels for ISA 'avx512_vnni' (AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)). Generated; see templates/.";
   mod.attr("ISA") = "avx512_vnni";
   mod.attr("MAX_DOT_K") = qsdpa::kMaxDotK;
+  // Whether prefill's int8 Q.K^T runs in GEMM form on packed key panels (AttentionPlan::pack_keys).
+  mod.attr("GEMM_QK") = true;
 
   mod.def("whoami", []() {
     py::dict d;

@@ -589,6 +589,7 @@ struct Slice {
   float* zterm;     // ... and V zero-point term
   float* acc;       // item rows x D
   int8_t* vcopy;    // the block's V rows of one head, packed (strided caches) ...
+  int8_t* kpanels;  // AttentionPlan::pack_keys: the block's K in key panels, then the keys' sums
   float* vf32;      // ... or converted to fp32 (AttentionPlan::convert_v)
   unsigned char* params;  // the block's per-key qparams of each of the item's KV heads (BlockParams)
   qelem* q16;       // int8 query: item rows x ldq of int16 q - zq, or (kQkU8) u8 q + 128
@@ -608,6 +609,7 @@ inline Slice carve(const ScratchLayout& L, const AttentionPlan& P, size_t rows, 
   x.zterm = x.rescale + rows;
   x.acc = reinterpret_cast<float*>(slice + L.acc_off);
   x.vcopy = reinterpret_cast<int8_t*>(slice + L.vcopy_off);
+  x.kpanels = reinterpret_cast<int8_t*>(slice + L.kpanel_off);
   x.vf32 = reinterpret_cast<float*>(slice + L.vf32_off);
   x.params = slice + L.params_off;
   x.q16 = reinterpret_cast<qelem*>(slice + L.q_off);
@@ -703,6 +705,7 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
         qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
                        dots + r0 * ld_s + j, ld_s, nullptr, false);
 }
+
 
 // Keys [n0, n0 + nb) for the rows [row0, row0 + Mh) of KV head kvh: S = scale * Q.K^T, mask,
 // online softmax, acc = acc * rescale + W.V - z. L2 prefetch work rides on the first row tile of

@@ -59,7 +59,8 @@ const qsdpa::ArenaApi* g_arena = nullptr;
 // is what the kernel runs.
 qsdpa::AttentionPlan attention_plan_for(const qsdpa::AttentionArgs& A, int threads, int force_splits) {
   return qsdpa::plan_attention(A, static_cast<size_t>(threads), 256, 64,
-                               static_cast<size_t>(force_splits), 64);
+                               static_cast<size_t>(force_splits), 64,
+                               false);
 }
 
 // The module's quantized_sdpa (registered below as a METH_FASTCALL function): 16 or 17 positional
@@ -134,6 +135,8 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   mod.doc() = "qsdpa kernels for ISA 'scalar' (portable C++, no ISA flags; also hosts the native CPU/OS feature check). Generated; see templates/.";
   mod.attr("ISA") = "scalar";
   mod.attr("MAX_DOT_K") = qsdpa::kMaxDotK;
+  // Whether prefill's int8 Q.K^T runs in GEMM form on packed key panels (AttentionPlan::pack_keys).
+  mod.attr("GEMM_QK") = false;
 
   mod.def("whoami", []() {
     py::dict d;
@@ -382,9 +385,9 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
   qsdpa::register_cpu_features(mod);
   qsdpa::register_scratch_arena(mod);
   mod.def("scratch_layout", [](size_t threads, size_t rows, size_t kv_block, size_t head_dim, bool float_query,
-                               size_t partial_items, size_t heads, bool convert_v) {
+                               size_t partial_items, size_t heads, bool convert_v, bool pack_keys) {
     const qsdpa::ScratchLayout L = qsdpa::scratch_layout(threads, rows, kv_block, head_dim, float_query, partial_items,
-                                                         heads, convert_v);
+                                                         heads, convert_v, pack_keys);
     if (L.overflow)
       throw py::value_error(std::string("scratch_layout: ") + L.overflow + " overflows 64 bits (threads=" +
                             std::to_string(threads) + ", rows=" + std::to_string(rows) +
@@ -392,7 +395,7 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
                             ", heads=" + std::to_string(heads) + ", partial_items=" + std::to_string(partial_items) + ")");
     return qsdpa::layout_dict(L);
   }, py::arg("threads"), py::arg("rows"), py::arg("kv_block"), py::arg("head_dim"), py::arg("float_query") = false,
-  py::arg("partial_items") = 0, py::arg("heads") = 1, py::arg("convert_v") = false,
+  py::arg("partial_items") = 0, py::arg("heads") = 1, py::arg("convert_v") = false, py::arg("pack_keys") = false,
   "The scratch layout every variant's attention kernel uses (csrc/attention.h).");
 
   // How decode blocks prefetch the next one on this CPU (flash_attention's prefetch_tuning): what
