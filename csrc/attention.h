@@ -65,7 +65,7 @@ struct AttentionPlan {
   size_t items;          // batch * (kv_heads / heads_per_item) * q_blocks * kv_splits
   size_t threads;
   bool convert_v;        // each V block is converted to fp32 once, for the many rows that read it
-  bool pack_keys;        // ... and its K packed once into key panels (key_panel_bytes) for a GEMM-form Q.K^T
+  bool pack_keys;        // ... and its K packed once into key panels (key_panel_keys) for a GEMM-form Q.K^T
 };
 
 // P.V reads each V row once per row tile. With this many query rows per KV head (prefill) the
