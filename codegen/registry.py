@@ -46,6 +46,9 @@ class Isa:
 # dot_a_bias: the A operand is fed as (a + bias), the kernel subtracts bias * sum(B).
 # qparam_transpose8: flash_attention gathers a block's qparams of 8 adjacent KV heads with 8 x 8
 # AVX2 transposes (x86 only; the scalar gather was 5% of a llama3-8b decode call on Zen 3).
+# gemm_qk: prefill's int8 Q.K^T in GEMM form on K packed once a block into 4-byte key panels
+# (AttentionPlan::pack_keys; needs the "vnni_u8s8" dot: one vpdpbusd a query group against 16 keys).
+# Where it is off, prefill keeps the register tiles with their per-key reductions.
 _X86_AVX2_VOCAB = dict(
     vf="__m256", vi="__m256i", vd="__m256i", nf=8, bits=256, p="_mm256", si="si256",
     # int8 -> f32 lanes: 8 bytes widened with vpmovsxbd
@@ -53,7 +56,7 @@ _X86_AVX2_VOCAB = dict(
     # exact int8 dot: widen 16 bytes to int16 and vpmaddwd (vpmaddubsw saturates on the full s8 range)
     dot="madd_s16", dot_kb=16, dot_a_bias=0,
     dot_load="_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)({p})))",
-    qparam_transpose8=True,
+    qparam_transpose8=True, gemm_qk=False,
 )
 
 _X86_AVX512_VOCAB = dict(
@@ -61,11 +64,11 @@ _X86_AVX512_VOCAB = dict(
     cvt_s8_lanes="_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)({p})))",
     dot="madd_s16", dot_kb=32, dot_a_bias=0,
     dot_load="_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)({p})))",
-    qparam_transpose8=True,
+    qparam_transpose8=True, gemm_qk=False,
 )
 
 _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="smull_s16", dot_kb=16,
-                   dot_a_bias=0, qparam_transpose8=False)
+                   dot_a_bias=0, qparam_transpose8=False, gemm_qk=False)
 
 # Attention blocking: 256 keys keep a 64-row score block (64 KiB) and its accumulator in L2;
 # decode on a [B, S, H, D] cache (all KV heads per item) steps 64 keys, so a block of all heads'
@@ -82,7 +85,7 @@ ISAS: Tuple[Isa, ...] = (
     Isa(
         name="scalar", arch="any", rank=0, cflags=(), features=(), macros=(), family="scalar",
         vocab=dict(vf="float", vi="int32_t", vd="int32_t", nf=1, dot="scalar", dot_kb=1, dot_a_bias=0,
-                   qparam_transpose8=False),
+                   qparam_transpose8=False, gemm_qk=False),
         tiles=dict(dequant_gemm=dict(MR=4, NR=8), qk_gemm=dict(MR=2, NR=4),
                    qk_gemm_f32a=dict(MR=2, NR=4), flash_attention=_attention(4, 2, 4, 4),
                    quantize=dict(CHAINS=4)),
@@ -116,7 +119,7 @@ ISAS: Tuple[Isa, ...] = (
         macros=("__AVX512F__", "__AVX512BW__", "__AVX512DQ__", "__AVX512VL__", "__AVX512VNNI__"),
         family="x86",
         # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
-        vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None),
+        vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None, gemm_qk=True),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
                    qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
                    quantize=dict(CHAINS=2)),
@@ -222,6 +225,7 @@ def validate() -> None:
         assert set(isa.features) <= set(known), (isa.name, isa.features)
         for k in KERNELS:
             assert k.name in isa.tiles, (isa.name, k.name)
+        assert not isa.vocab["gemm_qk"] or isa.vocab["dot"] == "vnni_u8s8", (isa.name, "gemm_qk needs vnni_u8s8")
     for arch in ARCHES:
         ranks = [i.rank for i in isas_for_arch(arch)]
         assert len(set(ranks)) == len(ranks), f"ambiguous ranks on {arch}"
