@@ -930,6 +930,12 @@ def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: 
                 tr.note = floor_note(res)
                 if floor != res.floor_us:
                     tr.note = "judged against the start-up bandwidth's floor, the faster: " + tr.note
+                # The same call with K and V warmed before its pause: how much of the ratio is the
+                # call's compute rather than its reads (above 1.5x, no prefetch can meet the target).
+                hot = _find(results, "decode", ctx, t)
+                if hot is not None and "qsdpa" in hot.median_us:
+                    tr.note += (f"; the same case hot: {hot.median_us['qsdpa']:.1f} µs, "
+                                f"{hot.median_us['qsdpa'] / floor:.2f}× the judged floor")
             out.append(tr)
     res = _find(results, "prefill", 512, all_threads)
     where = f"prefill 512 t={all_threads} (all cores)"

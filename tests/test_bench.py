@@ -127,6 +127,9 @@ def test_targets_all_pass():
     assert t.measured == pytest.approx(6.0) and "torch fp32" in t.note
     assert got["decode ctx=8192 t=2 hot: vs ET int8"].measured == pytest.approx(60.0)
     assert got["decode ctx=2048 t=1 cold: qsdpa time / floor"].measured == pytest.approx(1.2)
+    # the cold target's note says how far the same call from cache already is from that floor
+    assert "the same case hot: 100.0 µs, 1.00× the judged floor" in got["decode ctx=2048 t=1 cold: qsdpa time / floor"].note
+    assert "the same case hot: 50.0 µs, 0.50× the judged floor" in got["decode ctx=8192 t=2 cold: qsdpa time / floor"].note
     assert got["prefill 512 t=2 (all cores): vs torch fp32"].measured == pytest.approx(3.0)
     assert got["decode 8192 hot: qsdpa time(t=1) / time(t=2)"].measured == pytest.approx(2.0)
     assert got["prefill 512: qsdpa time(t=1) / time(t=2)"].measured == pytest.approx(2.0)
