@@ -111,10 +111,13 @@ def runtime_report() -> str:
     lines.append(f"{_dispatch.ENV_ISA}: {'(unset)' if env_isa is None else repr(env_isa)}")
     if sel is not None:
         lines.append(f"selected: {sel.name} ({sel.reason})")
-        pf = _dispatch.load_variant(sel.name)._prefetch_tuning()
+        mod = _dispatch.load_variant(sel.name)
+        pf = mod._prefetch_tuning()
         lines.append(f"decode prefetch (chosen for this CPU's vendor): next block into "
                      f"{'L1' if pf['to_l1'] else 'L2'}{', pages walked first' if pf['walk_pages'] else ''}, "
                      f"{pf['k_during_qk_eighths']}/8 of its K during Q.K^T")
+        lines.append("prefill int8 Q.K^T: " + ("GEMM form on K packed once a block into key panels (registry gemm_qk)"
+                                               if mod.GEMM_QK else "register tiles with per-key reductions"))
     else:
         lines.append(f"selected: none -- {error}")
     n = _entry.counts()

@@ -466,5 +466,5 @@ def test_show_runtime_prints_report(capsys):
     qsdpa.show_runtime()
     out = capsys.readouterr().out
     for needle in ("qsdpa ", "python ", "cpu: ", "native check", "py-cpuinfo", "variants for", "QSDPA_ISA", "threads:",
-                   "decode prefetch", "quantized_sdpa calls so far: "):
+                   "decode prefetch", "prefill int8 Q.K^T: ", "quantized_sdpa calls so far: "):
         assert needle in out
