@@ -82,6 +82,20 @@ def test_templates_are_strict():
                                                  prelude="x.h", MR=99, NR=1)
 
 
+def test_gemm_qk_is_refused_without_the_vnni_dot():
+    """The GEMM-form Q.K^T's key panels are laid out for vpdpbusd: a registry entry asking for it
+    on another dot scheme fails to render (and registry.validate() refuses it first)."""
+    import dataclasses
+    env = render.environment()
+    base = registry.isa_by_name("avx512")
+    isa = dataclasses.replace(base, vocab=dict(base.vocab, gemm_qk=True))
+    kernel = next(k for k in registry.KERNELS if k.name == "flash_attention")
+    ctx = dict(isa=isa, v=isa.vocab, kernels=registry.KERNELS, prelude=registry.prelude_file(isa))
+    with pytest.raises(jinja2.TemplateError, match="gemm_qk"):
+        env.get_template(kernel.template).render(kernel=kernel, **isa.tiles[kernel.name], **ctx)
+    assert [i.name for i in registry.ISAS if i.vocab["gemm_qk"]] == ["avx512_vnni"]
+
+
 def test_registry_names_and_flags():
     for isa in registry.ISAS:
         assert "-march=native" not in isa.cflags
