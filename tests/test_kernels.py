@@ -11,6 +11,8 @@ import zlib
 import numpy as np
 import pytest
 
+from qsdpa._quantize import quantize_per_token
+
 from kernel_reference import (assert_within, dequant_gemm_ref, qk_exact_dot, qk_gemm_f32a_ref, qk_gemm_ref,
                               quantized_rows)
 
@@ -220,3 +222,62 @@ def test_empty_shapes(kmod):
     kmod.dequant_gemm(np.empty((2, 0), np.float32), np.empty((0, 5), np.int8), np.empty(0, np.float32),
                       np.empty(0, np.int8), c)
     assert (c == 0.0).all(), "k = 0 with beta = 0 gives zeros"
+
+
+# ------------------------------------------------------------------ the least-work decode step
+# The bench's machine probe for the cold decode targets (qsdpa/_bench.py StepProbe): a step that
+# does only the work no kernel of these semantics can skip. Tested here with the kernels, so that
+# every compiled variant runs it (natively, under qemu and through SIMDe).
+
+def _step_inputs(rng, keys, hq, hkv, d):
+    q = quantize_per_token(rng.standard_normal((1, 1, hq, d), dtype=np.float32))
+    k = quantize_per_token(rng.standard_normal((1, keys, hkv, d), dtype=np.float32))
+    v = quantize_per_token(rng.standard_normal((1, keys, hkv, d), dtype=np.float32))
+    return q + k + v
+
+
+@pytest.mark.parametrize("keys,hq,hkv,d", [(1, 16, 2, 128), (65, 8, 8, 64), (300, 9, 3, 64), (2049, 32, 8, 128)])
+def test_decode_step_probe_every_variant(kmod, keys, hq, hkv, d):
+    """The least-work step's totals show it read every byte of K and V and used each as the step
+    says: its dots (exact integers, in this variant's scheme: u8 q + 128 with the key sums, or
+    s16 q - zq), and P.V with weights exp(0) * V scale, at 1 and 2 threads and both prefetch forms."""
+    rng = np.random.default_rng(keys)
+    q8, qs, qz, k8, ks, kz, v8, vs, vz = _step_inputs(rng, keys, hq, hkv, d)
+    out = np.full((1, 1, hq, d), 7.0, np.float32)
+    rep = hq // hkv
+    qg = q8[0, 0].astype(np.int64).reshape(hkv, rep, d)
+    k64 = k8[0].astype(np.int64)
+    pv_want = rep * float((vs[0, :, :, 0].astype(np.float64) * v8[0].astype(np.float64).sum(-1)).sum())
+    pv_scale = rep * float(np.abs(vs[0, :, :, 0, None] * v8[0]).sum())
+    for threads in (1, 2):
+        for to_l1 in (True, False):
+            dots, key_sums, pv, scheme = kmod._decode_step_probe(q8, qs, qz, k8, ks, kz, v8, vs, vz, keys - 1, out,
+                                                                 threads, to_l1)
+            assert scheme in ("u8", "s16")
+            if scheme == "u8":
+                assert dots == int(np.einsum("grd,sgd->", qg + 128, k64)) and key_sums == int(k64.sum())
+            else:
+                zq = qz[0, 0].astype(np.int64).reshape(hkv, rep, 1)
+                assert dots == int(np.einsum("grd,sgd->", qg - zq, k64)) and key_sums == 0
+            assert abs(pv - pv_want) <= 1e-5 * pv_scale, (threads, to_l1)
+    assert (out == 7.0).all()  # it writes nothing
+
+
+def test_decode_step_probe_refuses_what_it_does_not_take(kmod):
+    rng = np.random.default_rng(0)
+    q8, qs, qz, k8, ks, kz, v8, vs, vz = _step_inputs(rng, 16, 8, 2, 64)
+    out = np.empty((1, 1, 8, 64), np.float32)
+    args = (q8, qs, qz, k8, ks, kz, v8, vs, vz, 15, out)
+    with pytest.raises(ValueError, match="threads"):
+        kmod._decode_step_probe(*args, 0)
+    q2, qs2, qz2 = quantize_per_token(rng.standard_normal((1, 2, 8, 64), dtype=np.float32))
+    with pytest.raises(ValueError, match="batch 1"):  # two query positions: not a decode step
+        kmod._decode_step_probe(q2, qs2, qz2, k8, ks, kz, v8, vs, vz, 14, np.empty((1, 2, 8, 64), np.float32))
+    with pytest.raises(ValueError, match="contiguous"):  # a [1, H, S, D] cache seen as [1, S, H, D]
+        kt, vt = (np.ascontiguousarray(a.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3) for a in (k8, v8))
+        kmod._decode_step_probe(q8, qs, qz, kt, ks, kz, vt, vs, vz, 15, out)
+    with pytest.raises(ValueError, match="8 query heads"):
+        qw, qsw, qzw = _step_inputs(rng, 1, 18, 2, 64)[:3]
+        kmod._decode_step_probe(qw, qsw, qzw, k8, ks, kz, v8, vs, vz, 15, np.empty((1, 1, 18, 64), np.float32))
+    with pytest.raises(TypeError, match="key"):
+        kmod._decode_step_probe(q8, qs, qz, k8.astype(np.float32), ks, kz, v8, vs, vz, 15, out)

@@ -25,12 +25,15 @@ static inline int omp_get_thread_num() { return 0; }  // built without OpenMP: o
 static inline int omp_get_num_threads() { return 1; }
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "attention.h"
 #include "call_trace.h"
@@ -1087,6 +1090,206 @@ void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLay
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The least-work decode step: the bench's "step" rows (qsdpa/_bench.py StepProbe), timed beside
+// qsdpa on the same cold layers after the same pause, so that a cold decode target is set against
+// what a kernel of these semantics cannot avoid on this core in the same rounds, not only against
+// a plain read. Per key and KV head: the exact int8 dots of the group's query rows (and the key's
+// sum in the u8 scheme) with this variant's dot instructions, left in their accumulators (a real
+// kernel must also reduce each key's dots out of them: left out); per block of keys and KV head the
+// kernel's own qparam gather, the least a softmax can do (scores from a block of dots, the row max,
+// exp, the sum, the V scale folded into each weight, the V zero-point term), and fp32 P.V of every
+// query row over the widened int8 V row. The dots it never reduces cannot feed the softmax, which
+// reads a block of zero dots instead: every weight is then exp(0) times the key's V scale. The
+// next block is fetched during each, evenly, as the kernel does (half its K during Q.K^T, the rest
+// with V), into L1 or L2 (to_l1). Keys split evenly over the threads; no masks, no per-call checks
+// beyond the binding's, no merge.
+// The totals it returns let the tests check that it did read and use every byte: the sum of all
+// its dots (exact while each fold's sum fits int32: fold_keys), of the key sums, and of P.V.
+constexpr size_t kStepBlock = 64;
+
+struct StepTotals {
+  long long dots = 0, key_sums = 0;
+  double pv = 0.0;
+};
+
+// P.V of R rows (weights w, ldw apart) over NV vectors of columns of nb V rows (ldv apart), into
+// acc (lda apart); a prefetch piece per key.
+template <int R, int NV>
+inline void step_pv(size_t nb, const float* w, size_t ldw, const int8_t* v, size_t ldv, float* acc, size_t lda,
+                    const RowPrefetch& pf, size_t& step) {
+  vf t[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NV; ++i) t[r][i] = vload(acc + r * lda + i * NF);
+  for (size_t j = 0; j < nb; ++j, v += ldv) {
+    pf.at(step++);
+    vf x[NV];
+    for (int i = 0; i < NV; ++i) x[i] = vcvt_s8(v + i * NF);
+    for (int r = 0; r < R; ++r) {
+      const vf wr = vset1(w[r * ldw + j]);
+      for (int i = 0; i < NV; ++i) t[r][i] = vfma(wr, x[i], t[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NV; ++i) vstore(acc + r * lda + i * NF, t[r][i]);
+}
+
+template <int R>
+inline void step_pv_cols(size_t nb, size_t D, const float* w, size_t ldw, const int8_t* v, size_t ldv, float* acc,
+                         size_t lda, const RowPrefetch& pf, size_t& step) {
+  constexpr size_t kCols = 4 * NF;
+  size_t c = 0;
+  for (; c + kCols <= D; c += kCols) step_pv<R, 4>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step);
+  switch ((D - c) / NF) {  // D is a multiple of NF (step_probe_supports)
+    case 1: step_pv<R, 1>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
+    case 2: step_pv<R, 2>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
+    case 3: step_pv<R, 3>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
+    default: break;
+  }
+}
+
+// One thread's share of the step, keys [k_begin, k_end): REP query rows per KV head, HD the head
+// dim when known at compile time (else 0). s: the thread's scratch (step_scratch_bytes).
+template <int REP, size_t HD>
+void step_thread(const AttentionArgs& A, size_t k_begin, size_t k_end, bool to_l1, unsigned char* s, StepTotals& out) {
+  const size_t H = A.kv_heads, D = HD ? HD : A.head_dim, B = kStepBlock, ldq = query_row_elems(D);
+  qelem* q = reinterpret_cast<qelem*>(s);
+  unsigned char* params = s + align_up(H * REP * ldq * sizeof(qelem));
+  float* w = reinterpret_cast<float*>(params + align_up(H * 4 * B * sizeof(float)));
+  float* acc = w + REP * B;
+  int32_t* zdots = reinterpret_cast<int32_t*>(acc + H * REP * D);
+  // The query rows as the kernel packs them (run_item): u8 q + 128, or int16 q - zq.
+  for (size_t row = 0; row < H * REP; ++row) {
+    const int8_t* in = A.q8 + row * A.q.h;
+    const int32_t zq = A.q_zp[row * A.q_qp.h];
+    qelem* o = q + row * ldq;
+    for (size_t d = 0; d < D; ++d) o[d] = static_cast<qelem>(kQkU8 ? in[d] + 128 : in[d] - zq);
+    for (size_t d = D; d < ldq; ++d) o[d] = 0;
+  }
+  // Zeroed, so that the softmax's lanes past a short last block read finite qparams.
+  std::memset(params, 0, H * 4 * B * sizeof(float));
+  std::memset(acc, 0, H * REP * D * sizeof(float));
+  std::memset(zdots, 0, B * sizeof(int32_t));
+  // Keys per fold of the dot accumulators into the totals: |dot| <= D * 255 * 128 per key and head.
+  const size_t fold = std::max<size_t>(1, std::min<size_t>(B, (size_t(1) << 16) / (H * D)));
+  const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head (contiguous)
+  const size_t row_tiles = (REP + 3) / 4, col_tiles = (D / NF + 4 - 1) / 4;
+  float row_sums[REP] = {}, zterms[REP] = {};
+  for (size_t n0 = k_begin; n0 < k_end; n0 += B) {
+    const size_t nb = std::min(B, k_end - n0), next_nb = std::min(B, k_end - n0 - nb);
+    const int8_t* kblk = A.k + n0 * kbytes;
+    const int8_t* vblk = A.v + n0 * vbytes;
+    if (n0 == k_begin) {
+      prefetch_row(kblk, nb * kbytes);
+      prefetch_row(vblk, nb * vbytes);
+    }
+    const size_t klen = next_nb * kbytes, vlen = next_nb * vbytes, klen_qk = klen / 2 / 64 * 64;
+    const RowPrefetch pfk = spread(kblk + nb * kbytes, klen_qk, nullptr, 0, nb * H, to_l1);
+    const RowPrefetch pfv = spread(vblk + nb * vbytes, vlen, kblk + nb * kbytes + klen_qk, klen - klen_qk,
+                                   nb * H * row_tiles * col_tiles, to_l1);
+    size_t step = 0;
+    for (size_t j0 = 0; j0 < nb; j0 += fold) {
+      vi a[REP];
+      for (int r = 0; r < REP; ++r) a[r] = dzero();
+      vi ks = dzero();
+      for (size_t j = j0; j < std::min(nb, j0 + fold); ++j)
+        for (size_t g = 0; g < H; ++g) {
+          pfk.at(step++);
+          const int8_t* k = kblk + j * kbytes + g * A.kst.h;
+          const qelem* qg = q + g * REP * ldq;
+          for (size_t d = 0; d < D; d += QKB) {
+            const vk kv = kload16(k + d);
+            if constexpr (kQkU8) ks = ksum_step(ks, kv);
+            for (int r = 0; r < REP; ++r) a[r] = qdot16(a[r], kv, qg + r * ldq + d);
+          }
+        }
+      for (int r = 0; r < REP; ++r) out.dots += dhsum(a[r]);
+      if constexpr (kQkU8) out.key_sums += dhsum(ks);
+    }
+    gather_params(nb, H, A.k_zp + n0 * A.k_qp.s, A.k_scale + n0 * A.k_qp.s, A.k_qp.s, A.k_qp.h,
+                  A.v_zp + n0 * A.v_qp.s, A.v_scale + n0 * A.v_qp.s, A.v_qp.s, A.v_qp.h, B, params);
+    step = 0;
+    for (size_t g = 0; g < H; ++g) {
+      const int32_t* kzp = reinterpret_cast<const int32_t*>(params) + g * 4 * B;
+      const float* ksc = reinterpret_cast<const float*>(kzp + B);
+      const float* vsc = ksc + B;
+      const float* vzp = vsc + B;
+      for (int r = 0; r < REP; ++r) {
+        const vf coef = vset1(A.q_scale[(g * REP + r) * A.q_qp.h]);
+        float* wr = w + r * B;
+        vf m = vset1(kNegInf);
+        for (size_t i = 0; i < B; i += NF) {
+          const vf sc = vscores(zdots + i, kzp + i, 0, ksc + i, coef);
+          vstore(wr + i, sc);
+          m = vmax(m, sc);
+        }
+        const vf vm = vset1(vhmax(m));
+        vf sum = vzero(), z = vzero();
+        for (size_t i = 0; i < B; i += NF) {
+          const vf p = vexp(vsub(vload(wr + i), vm));
+          sum = vadd(sum, p);
+          const vf wv = vmul(p, vload(vsc + i));
+          vstore(wr + i, wv);
+          z = vfma(wv, vload(vzp + i), z);
+        }
+        row_sums[r] += vhsum(sum);
+        zterms[r] += vhsum(z);
+      }
+      const int8_t* vg = vblk + g * A.vst.h;
+      float* ag = acc + g * REP * D;
+      for (int r0 = 0; r0 < REP; r0 += 4) {
+        switch (REP - r0 < 4 ? REP - r0 : 4) {
+          case 1: step_pv_cols<1>(nb, D, w + r0 * B, B, vg, vbytes, ag + r0 * D, D, pfv, step); break;
+          case 2: step_pv_cols<2>(nb, D, w + r0 * B, B, vg, vbytes, ag + r0 * D, D, pfv, step); break;
+          case 3: step_pv_cols<3>(nb, D, w + r0 * B, B, vg, vbytes, ag + r0 * D, D, pfv, step); break;
+          default: step_pv_cols<4>(nb, D, w + r0 * B, B, vg, vbytes, ag + r0 * D, D, pfv, step); break;
+        }
+      }
+    }
+    pfv.rest(step);
+  }
+  double pv = 0.0;  // row by row in vectors: a scalar chain of dependent adds took ~5 us a call
+  for (size_t row = 0; row < H * REP; ++row) {
+    vf sum = vzero();
+    for (size_t i = 0; i < D; i += NF) sum = vadd(sum, vload(acc + row * D + i));
+    pv += vhsum(sum);
+  }
+  out.pv += pv;
+  __asm__ volatile("" ::"m"(row_sums), "m"(zterms));  // the softmax's sums: work a kernel must do
+}
+
+template <int REP>
+void step_thread_hd(const AttentionArgs& A, size_t k_begin, size_t k_end, bool to_l1, unsigned char* s, StepTotals& out) {
+  if (A.head_dim == 128) step_thread<REP, 128>(A, k_begin, k_end, to_l1, s, out);
+  else if (A.head_dim == 64) step_thread<REP, 64>(A, k_begin, k_end, to_l1, s, out);
+  else step_thread<REP, 0>(A, k_begin, k_end, to_l1, s, out);
+}
+
+void step_thread_any(const AttentionArgs& A, size_t k_begin, size_t k_end, bool to_l1, unsigned char* s, StepTotals& out) {
+  switch (A.q_heads / A.kv_heads) {
+    case 1: step_thread_hd<1>(A, k_begin, k_end, to_l1, s, out); break;
+    case 2: step_thread_hd<2>(A, k_begin, k_end, to_l1, s, out); break;
+    case 3: step_thread_hd<3>(A, k_begin, k_end, to_l1, s, out); break;
+    case 4: step_thread_hd<4>(A, k_begin, k_end, to_l1, s, out); break;
+    case 5: step_thread_hd<5>(A, k_begin, k_end, to_l1, s, out); break;
+    case 6: step_thread_hd<6>(A, k_begin, k_end, to_l1, s, out); break;
+    case 7: step_thread_hd<7>(A, k_begin, k_end, to_l1, s, out); break;
+    case 8: step_thread_hd<8>(A, k_begin, k_end, to_l1, s, out); break;
+    default: break;  // step_probe_supports refuses it
+  }
+}
+
+// A thread's scratch, kept across calls (no allocation once grown), 64-byte aligned.
+unsigned char* step_scratch(const AttentionArgs& A) {
+  const size_t rows = A.q_heads, rep = A.q_heads / A.kv_heads, D = A.head_dim;
+  const size_t bytes = align_up(rows * query_row_elems(D) * sizeof(qelem)) +  // step_thread's carving
+                       align_up(A.kv_heads * 4 * kStepBlock * sizeof(float)) +
+                       (rep * kStepBlock + rows * D) * sizeof(float) + kStepBlock * sizeof(int32_t);
+  thread_local std::vector<unsigned char> buf;
+  if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+}
+
 }  // namespace
 }  // namespace neon_dotprod
 }  // namespace qsdpa
@@ -1157,4 +1360,47 @@ void qsdpa_flash_attention_s8__neon_dotprod(const qsdpa::AttentionArgs& args, co
     }
     QSDPA_TRACE_THREAD(kTraceThreadEnd, thread);
   }
+}
+
+// The least-work decode step (step_thread above) on `threads` threads of the kernels' OpenMP team,
+// keys split evenly in whole blocks. The binding has checked the arguments
+// (qsdpa_decode_step_probe_refusal).
+void qsdpa_decode_step_probe__neon_dotprod(const qsdpa::AttentionArgs& A, int threads, bool to_l1, long long* dots,
+                                             long long* key_sums, double* pv) {
+  using namespace qsdpa::neon_dotprod;
+  const size_t n = A.n_keys;
+  const auto first_key = [n](int t, int nt) -> size_t {
+    return t >= nt ? n : n * static_cast<size_t>(t) / static_cast<size_t>(nt) / kStepBlock * kStepBlock;
+  };
+  StepTotals total;
+  if (threads == 1) {  // no parallel region, as in the kernel
+    step_thread_any(A, 0, n, to_l1, step_scratch(A), total);
+  } else {
+    long long d = 0, k = 0;
+    double p = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : d, k, p)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      StepTotals mine;
+      step_thread_any(A, first_key(t, nt), first_key(t + 1, nt), to_l1, step_scratch(A), mine);
+      d += mine.dots, k += mine.key_sums, p += mine.pv;
+    }
+    total.dots = d, total.key_sums = k, total.pv = p;
+  }
+  *dots = total.dots, *key_sums = total.key_sums, *pv = total.pv;
+}
+
+// Why the step probe cannot run on these arguments ("" when it can).
+std::string qsdpa_decode_step_probe_refusal__neon_dotprod(const qsdpa::AttentionArgs& A) {
+  using namespace qsdpa::neon_dotprod;
+  if (!A.q8) return "the step probe needs an int8 query";
+  if (A.batch != 1 || A.q_len != 1) return "the step probe runs decode at batch 1: query [1, 1, Hq, D]";
+  if (A.q_heads / A.kv_heads > 8) return "the step probe takes at most 8 query heads per KV head";
+  const size_t unit = static_cast<size_t>(NF > QKB ? NF : QKB);
+  if (A.head_dim % unit != 0)
+    return "the step probe needs a head dim that is a multiple of " + std::to_string(unit) + " in this variant";
+  if (A.kst.h != A.head_dim || A.kst.s != A.kv_heads * A.head_dim || A.vst.h != A.head_dim ||
+      A.vst.s != A.kv_heads * A.head_dim)
+    return "the step probe needs key and value contiguous as [1, S, H, D]";
+  return "";
 }

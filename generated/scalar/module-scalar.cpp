@@ -33,6 +33,9 @@ void qsdpa_flash_attention_s8__scalar(const qsdpa::AttentionArgs& args, const qs
     const qsdpa::ScratchLayout& layout, unsigned char* scratch);
 void qsdpa_prefetch_tuning_get__scalar(bool* to_l1, bool* walk_pages, unsigned* k_during_qk);
 void qsdpa_prefetch_tuning_set__scalar(bool to_l1, bool walk_pages, unsigned k_during_qk);
+void qsdpa_decode_step_probe__scalar(const qsdpa::AttentionArgs& A, int threads, bool to_l1, long long* dots,
+    long long* key_sums, double* pv);
+std::string qsdpa_decode_step_probe_refusal__scalar(const qsdpa::AttentionArgs& A);
 long long qsdpa_quantize_f32s8__scalar(const qsdpa::QuantizeRows& a, int threads, bool check_only);
 
 namespace {
@@ -336,6 +339,33 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
     d["split_first_keys"] = firsts;
     return d;
   }, "The work decomposition and scratch layout quantized_sdpa would use for these arguments (same signature).");
+  // Machine probe for the benchmark's cold decode targets: the least-work decode step (flash
+  // attention's step_thread) over a decode call's int8 inputs, GIL released. Returns its totals
+  // (sum of its dots, of the key sums, of P.V with weights exp(0) * V scale) and whether the dots
+  // are the u8 scheme's (q + 128) or the s16 scheme's (q - zq): what the tests check it by.
+  mod.def("_decode_step_probe", [](py::handle q, py::handle q_scales, py::handle q_zp, py::handle key,
+                                   py::handle k_scales, py::handle k_zp, py::handle value, py::handle v_scales,
+                                   py::handle v_zp, long long start_pos, py::handle out, int threads, bool to_l1) {
+    QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
+    const qsdpa::ParsedAttention parsed = qsdpa::parse_attention(q, q_scales, q_zp, key, k_scales, k_zp, value, v_scales,
+                                                                 v_zp, py::none(), start_pos, false, 1.0, false, out,
+                                                                 true);  // scales unchecked: see below
+    const qsdpa::AttentionArgs& A = parsed.args;
+    // The K/V scales are left unchecked, work the step need not do: it writes nothing, and a bad
+    // scale only makes its P.V total not finite.
+    if (parsed.empty) throw py::value_error("the step probe needs a query row and a key");
+    const std::string refusal = qsdpa_decode_step_probe_refusal__scalar(A);
+    if (!refusal.empty()) throw py::value_error(refusal);
+    long long dots = 0, key_sums = 0;
+    double pv = 0.0;
+    {
+      py::gil_scoped_release nogil;
+      qsdpa_decode_step_probe__scalar(A, threads, to_l1, &dots, &key_sums, &pv);
+    }
+    return py::make_tuple(dots, key_sums, pv, qsdpa::scalar::kQkU8 ? "u8" : "s16");
+  }, py::arg("query"), py::arg("q_scales"), py::arg("q_zero_points"), py::arg("key"), py::arg("k_scales"),
+     py::arg("k_zero_points"), py::arg("value"), py::arg("v_scales"), py::arg("v_zero_points"), py::arg("start_pos"),
+     py::arg("out"), py::arg("threads") = 1, py::arg("to_l1") = true);
   mod.def("quantize_rows", [](py::handle x_, py::handle q_, py::handle s_, py::handle z_, int threads, bool check_only) {
     QSDPA_REQUIRE(threads >= 1, "threads must be >= 1");
     const auto x = qsdpa::rows3<float>(x_, "x", false);
