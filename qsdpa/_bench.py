@@ -100,6 +100,11 @@ class Result:
     floor_samples: int = 0
     floor_bytes: int = 0
     start_floor_us: Optional[float] = None                     # floor_bytes / the start-up bandwidth
+    # Cold decode at B=1: the median time of the least-work step (StepProbe) in the same rounds, by
+    # where it prefetches ("L1", "L2"), with spreads; or why it did not run.
+    step_us: Dict[str, float] = field(default_factory=dict)
+    step_spread: Dict[str, float] = field(default_factory=dict)
+    step_missing: str = ""
     samples: Dict[str, int] = field(default_factory=dict)      # timed calls per implementation
     parallelism: Dict[str, float] = field(default_factory=dict)  # threads' CPU time / wall time, timed calls
     seconds: float = 0.0                                       # the case's wall time, setup included
@@ -391,6 +396,29 @@ class FloorReads:
         return self.probe(buf, self.threads)
 
 
+STEPS = {"step L1": True, "step L2": False}  # run_case's names for StepProbe, by prefetch into L1
+
+
+class StepProbe:
+    """The least-work decode step on a case's layers, in the rotation of a cold decode case: the
+    variant's _decode_step_probe (templates/flash_attention.cpp.j2, step_thread), a step that does
+    only what no kernel of qsdpa's semantics can skip on this core (the exact int8 dots and fp32
+    P.V with this variant's instructions, the qparam gather, the least softmax) and overlaps its
+    reads as the kernel does, prefetching into L1 (to_l1) or L2, on the kernels' OpenMP team.
+
+    A cold target that qsdpa misses is out of reach on this machine in that run when this step
+    also took more than 1.5x the floor in the same rounds; when the step took less, qsdpa missed."""
+
+    def __init__(self, x: "_Inputs", threads: int, to_l1: bool):
+        self.probe = _dispatch.load_variant(_dispatch.get_isa())._decode_step_probe
+        self.x, self.threads, self.to_l1 = x, threads, to_l1
+
+    def __call__(self, layer: int) -> object:
+        x = self.x
+        k8, ks, kz, v8, vs, vz = x.layers[layer][:6]
+        return self.probe(x.q8, x.qs, x.qz, k8, ks, kz, v8, vs, vz, x.start_pos, x.out, self.threads, self.to_l1)
+
+
 def _qsdpa_call(x: "_Inputs") -> Callable[[int], object]:
     """fn(layer): qsdpa on that layer's cache, as a decode loop calls it (positional qparams, out=).
     Bottom-right causal: for decode (the query is the last position) it sees the whole cache."""
@@ -666,6 +694,15 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
     fns = peers.callables(case, x)
     if case.kind == "decode" and bandwidth:
         fns[FLOOR] = FloorReads(x.bytes_read, case.threads, llc_bytes)
+        if case.regime == "cold":
+            for name, to_l1 in STEPS.items():
+                step = StepProbe(x, case.threads, to_l1)
+                try:
+                    step(0)
+                except ValueError as e:  # a shape the variant's step does not take
+                    result.step_missing = str(e)
+                    break
+                fns[name] = step
     # Hot decode with other implementations in between: their data (the fp32 caches are 4x the
     # int8 ones) evicts this one's, and their thread pools may still be spinning; untimed calls of
     # the same implementation first (REWARM_CALLS) make "hot" mean hot for the one being timed.
@@ -694,7 +731,7 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
                 result.quiet_wait_s += waited
                 result.quiet_capped += _quiet_wait_capped(waited)
                 w0 = time.perf_counter()
-                if rewarm and name != FLOOR:  # the floor reads memory, never a cache it warmed
+                if rewarm and name != FLOOR and name not in STEPS:  # those read memory, never a cache they warmed
                     for _ in range(REWARM_CALLS):
                         fn(layer)
                 took, used, span = _timed_call(lambda: fn(layer), clocks)
@@ -711,6 +748,12 @@ def run_case(case: Case, peers: _Peers, rounds: int, budget_s: float, rng, llc_b
         result.floor_samples, result.floor_bytes = len(floor), x.bytes_read
         result.start_floor_us = x.bytes_read / bandwidth * 1e6
         cpu.pop(FLOOR, None)
+    for name in STEPS:
+        step = samples.pop(name, None)
+        cpu.pop(name, None)
+        if step:
+            med, result.step_spread[name[-2:]] = _median_spread(step)
+            result.step_us[name[-2:]] = med * 1e6
     for name, s in samples.items():
         med, spread = _median_spread(s)
         result.median_us[name] = med * 1e6
@@ -803,6 +846,8 @@ def format_row(res: Result) -> str:
     parts = [f"{res.case.label}  qsdpa {ours:10.1f} us (±{_pct(res.spread['qsdpa'])})"]
     if res.floor_us:
         parts.append(f"{ours / res.floor_us:6.2f}x floor")
+        if res.step_us:
+            parts.append(f"least-work step {min(res.step_us.values()) / res.floor_us:.2f}x floor")
     for name, us in res.median_us.items():
         if name != "qsdpa":
             parts.append(f"{name} {us / ours:6.2f}x" + threads_tag(res, name))
@@ -898,6 +943,22 @@ def floor_note(res: Result) -> str:
     return text
 
 
+def step_note(res: Result, floor: float, passed: bool) -> str:
+    """What the least-work step (StepProbe) took in a cold row's rounds, against the judged floor,
+    and what that says of a miss: out of reach in this run, or qsdpa's."""
+    if not res.step_us:
+        return f"least-work step not run ({res.step_missing or 'no step in this case'})"
+    best = min(res.step_us, key=res.step_us.get)
+    ratio = res.step_us[best] / floor
+    text = (f"least-work step in the same rounds: " +
+            " / ".join(f"{res.step_us[k]:.1f} µs ({k})" for k in sorted(res.step_us)) +
+            f", the faster {ratio:.2f}× the judged floor")
+    if not passed:
+        text += (": out of reach in this run (even that step misses 1.5×)" if ratio > 1.5
+                 else ": within reach of that step, missed by qsdpa")
+    return text
+
+
 def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: str = "",
                      paired: Sequence[PairedScaling] = ()) -> List[TargetResult]:
     """The issue-4 targets judged on `results`; `all_threads` is the "all cores" thread count.
@@ -936,6 +997,7 @@ def evaluate_targets(results: Sequence[Result], all_threads: int, compute_note: 
                 if hot is not None and "qsdpa" in hot.median_us:
                     tr.note += (f"; the same case hot: {hot.median_us['qsdpa']:.1f} µs, "
                                 f"{hot.median_us['qsdpa'] / floor:.2f}× the judged floor")
+                tr.note += "; " + step_note(res, floor, ratio <= 1.5)
             out.append(tr)
     res = _find(results, "prefill", 512, all_threads)
     where = f"prefill 512 t={all_threads} (all cores)"
@@ -1207,7 +1269,9 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         "bytes as the call reads (int8 K/V and qparams), from memory (buffers spanning 2× the LLC, read in "
         "rotation), with the variant's read probe on the case's threads, timed in the same rounds as the "
         "implementations after the same pause (the targets' notes give each floor and the ratio to the "
-        "start-up bandwidth's; a cold target is judged against the faster of the two floors); "
+        "start-up bandwidth's; a cold target is judged against the faster of the two floors, and its note "
+        "also gives the least-work step's time in the same rounds: a step with only the arithmetic no kernel "
+        "of these semantics can skip, prefetching as the kernel does into L1 or L2, the faster of the two); "
         "peer columns = peer time / qsdpa time (> 1: qsdpa faster). "
         "Hot: the same cache every call; cold: rotating through layers whose caches span 2× the LLC. "
         "Each layer's int8 K/V and qparams, and each of the floor's buffers, are one allocation on 2 MiB "
@@ -1318,7 +1382,8 @@ def results_json(meta: Dict[str, object], results: Sequence[Result], targets: Se
                              samples=r.samples, parallelism=r.parallelism, missing=r.missing,
                              layers=r.layers, floor_us=r.floor_us, floor_spread=r.floor_spread,
                              floor_samples=r.floor_samples, floor_bytes=r.floor_bytes,
-                             start_floor_us=r.start_floor_us, seconds=r.seconds, others_cores=r.others_cores,
+                             start_floor_us=r.start_floor_us, step_us=r.step_us, step_spread=r.step_spread,
+                             step_missing=r.step_missing, seconds=r.seconds, others_cores=r.others_cores,
                              cores_probe=r.cores_probe, cores_wait_s=r.cores_wait_s,
                              quiet_wait_s=r.quiet_wait_s, quiet_capped=r.quiet_capped)
                         for r in results],
