@@ -943,6 +943,22 @@ def floor_note(res: Result) -> str:
     return text
 
 
+OUT_OF_REACH = "out of reach in this run"  # step_note's verdict on a missed cold target
+
+
+def out_of_reach_count(targets: Sequence[TargetResult]) -> int:
+    """Failed targets whose note says the least-work step missed them too (step_note)."""
+    return sum(t.status == FAIL and OUT_OF_REACH in t.note for t in targets)
+
+
+def targets_summary(targets: Sequence[TargetResult]) -> str:
+    n = {s: sum(t.status == s for t in targets) for s in (PASS, FAIL, MISSING, NOT_MEASURED)}
+    reach = out_of_reach_count(targets)
+    fails = f"{n[FAIL]} fail" + (f" ({reach} of them out of reach in this run: the least-work step misses them too)"
+                                 if reach else "")
+    return f"{n[PASS]} pass, {fails}, {n[MISSING]} missing a peer, {n[NOT_MEASURED]} not measured"
+
+
 def step_note(res: Result, floor: float, passed: bool) -> str:
     """What the least-work step (StepProbe) took in a cold row's rounds, against the judged floor,
     and what that says of a miss: out of reach in this run, or qsdpa's."""
@@ -954,7 +970,7 @@ def step_note(res: Result, floor: float, passed: bool) -> str:
             " / ".join(f"{res.step_us[k]:.1f} µs ({k})" for k in sorted(res.step_us)) +
             f", the faster {ratio:.2f}× the judged floor")
     if not passed:
-        text += (": out of reach in this run (even that step misses 1.5×)" if ratio > 1.5
+        text += (f": {OUT_OF_REACH} (even that step misses 1.5×)" if ratio > 1.5
                  else ": within reach of that step, missed by qsdpa")
     return text
 
@@ -1060,8 +1076,7 @@ def format_targets(targets: Sequence[TargetResult]) -> List[str]:
         measured = measured_text(t)
         lines.append(f"  {t.target:{width}s}  {measured:>9s}  {t.required:8s}  {t.status}"
                      + (f"  ({t.note})" if t.note else ""))
-    n = {s: sum(t.status == s for t in targets) for s in (PASS, FAIL, MISSING, NOT_MEASURED)}
-    lines.append(f"  {n[PASS]} pass, {n[FAIL]} fail, {n[MISSING]} missing a peer, {n[NOT_MEASURED]} not measured")
+    lines.append("  " + targets_summary(targets))
     return lines
 
 
@@ -1314,6 +1329,8 @@ def markdown_report(meta: Dict[str, object], results: Sequence[Result],
         measured = measured_text(t, "×")
         status = f"**{t.status}**" if t.status in (PASS, FAIL) else t.status
         lines.append(f"| {t.target} | {measured} | {t.required.replace('>=', '≥').replace('<=', '≤')} | {status} | {t.note} |")
+    if targets:
+        lines += ["", targets_summary(targets) + "."]
     return "\n".join(lines) + "\n"
 
 

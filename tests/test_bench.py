@@ -151,7 +151,11 @@ def test_cold_target_note_gives_the_least_work_step_and_its_verdict():
     by_key[(8192, 1, "cold")].step_us = {"L1": 130.0, "L2": 140.0}
     by_key[(2048, T, "cold")].step_us = {"L1": 110.0}          # a pass
     by_key[(8192, T, "cold")].step_missing = "the step probe needs ..."
-    got = _by_name(_bench.evaluate_targets(rs, T))
+    targets = _bench.evaluate_targets(rs, T)
+    got = _by_name(targets)
+    assert _bench.targets_summary(targets) == ("14 pass, 2 fail (1 of them out of reach in this run: the least-work "
+                                               "step misses them too), 0 missing a peer, 0 not measured")
+    assert _bench.format_targets(targets)[-1].strip() == _bench.targets_summary(targets)
     out = got["decode ctx=2048 t=1 cold: qsdpa time / floor"]
     assert out.status == _bench.FAIL  # the verdict is in the note; the status stays the target's
     assert "130.0" not in out.note and "180.0 µs (L1) / 170.0 µs (L2), the faster 1.70× the judged floor: " \
@@ -364,6 +368,7 @@ def test_markdown_has_header_table_and_targets():
     assert "| 120.0 | 5% | 1.20 | - |" in cold
     target_rows = lines[lines.index("## Targets"):]
     assert sum(l.startswith("| ") and l.count("|") == 6 for l in target_rows) == 1 + 16  # header + targets
+    assert lines[-1] == _bench.targets_summary(targets) + "."  # the counts, after the table
 
 
 def test_busy_machine_is_flagged():
