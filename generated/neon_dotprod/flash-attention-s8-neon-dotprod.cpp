@@ -1105,7 +1105,8 @@ void merge_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchLay
 // with V), into L1 or L2 (to_l1). Keys split evenly over the threads; no masks, no per-call checks
 // beyond the binding's, no merge.
 // The totals it returns let the tests check that it did read and use every byte: the sum of all
-// its dots (exact while each fold's sum fits int32: fold_keys), of the key sums, and of P.V.
+// its dots (exact while each fold's sum fits int32: `fold` in step_thread), of the key sums, and
+// of P.V.
 constexpr size_t kStepBlock = 64;
 
 struct StepTotals {
@@ -1140,7 +1141,7 @@ inline void step_pv_cols(size_t nb, size_t D, const float* w, size_t ldw, const 
   constexpr size_t kCols = 4 * NF;
   size_t c = 0;
   for (; c + kCols <= D; c += kCols) step_pv<R, 4>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step);
-  switch ((D - c) / NF) {  // D is a multiple of NF (step_probe_supports)
+  switch ((D - c) / NF) {  // D is a multiple of NF (qsdpa_decode_step_probe_refusal)
     case 1: step_pv<R, 1>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
     case 2: step_pv<R, 2>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
     case 3: step_pv<R, 3>(nb, w, ldw, v + c, ldv, acc + c, lda, pf, step); break;
@@ -1149,7 +1150,7 @@ inline void step_pv_cols(size_t nb, size_t D, const float* w, size_t ldw, const 
 }
 
 // One thread's share of the step, keys [k_begin, k_end): REP query rows per KV head, HD the head
-// dim when known at compile time (else 0). s: the thread's scratch (step_scratch_bytes).
+// dim when known at compile time (else 0). s: the thread's scratch (step_scratch).
 template <int REP, size_t HD>
 void step_thread(const AttentionArgs& A, size_t k_begin, size_t k_end, bool to_l1, unsigned char* s, StepTotals& out) {
   const size_t H = A.kv_heads, D = HD ? HD : A.head_dim, B = kStepBlock, ldq = query_row_elems(D);
@@ -1275,7 +1276,7 @@ void step_thread_any(const AttentionArgs& A, size_t k_begin, size_t k_end, bool 
     case 6: step_thread_hd<6>(A, k_begin, k_end, to_l1, s, out); break;
     case 7: step_thread_hd<7>(A, k_begin, k_end, to_l1, s, out); break;
     case 8: step_thread_hd<8>(A, k_begin, k_end, to_l1, s, out); break;
-    default: break;  // step_probe_supports refuses it
+    default: break;  // qsdpa_decode_step_probe_refusal refuses it
   }
 }
 
