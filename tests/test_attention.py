@@ -110,6 +110,27 @@ def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
     assert kmod._prefetch_tuning() == saved
 
 
+@pytest.mark.parametrize("shape", [
+    # (batch, q_heads, kv_heads, kv_len, head_dim)   decode's keys-outer Q.K^T for each GQA group
+    (1, 9, 3, 1003, 64),     # GQA 3: lane tiles of 3 rows (a zero fourth row), a 3-key tail
+    (2, 24, 8, 517, 128),    # GQA 3 at D 128 (the rotated lane tiles), B = 2, a 1-key tail
+    (1, 12, 2, 301, 64),     # GQA 6: two 3-row lane tiles a head
+    (1, 28, 4, 1001, 128),   # GQA 7 (Qwen2-7B-like): a 4-row and a 3-row lane tile a head
+    (1, 64, 8, 259, 128),    # GQA 8: two 4-row lane tiles a head
+    (1, 18, 2, 203, 64),     # GQA 9: three 3-row lane tiles
+    (1, 63, 9, 501, 64),     # GQA 7 on 9 heads: more lane tiles than a block keeps, row tiles and a 3-row rest
+    (1, 9, 3, 299, 96),      # GQA 3 at D 96 (no lane tiles): keys-outer row tiles with a 3-row rest
+    (1, 10, 2, 130, 64),     # GQA 5: row tiles, head by head
+], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("splits", [1, 3])
+def test_decode_gqa_groups(kmod, shape, splits):
+    """Decode of every GQA group size's Q.K^T form (lane tiles of 4 and 3 rows, row tiles with a
+    remainder tile), with and without KV splits: the reference's answer."""
+    b, hq, hkv, skv, d = shape
+    case = make_case(_rng("gqa-decode", shape), b, hq, hkv, 1, skv, d)
+    check(kmod, case, skv - 1, force_splits=splits)
+
+
 @pytest.mark.parametrize("splits", [1, 2, 3, 7])
 def test_kv_splits_agree(kmod, splits):
     """Flash-decoding: any split of the KV range gives the same attention."""

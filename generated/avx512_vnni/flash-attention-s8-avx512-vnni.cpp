@@ -704,10 +704,94 @@ inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, s
   return ok != 0;
 }
 
-// Q.K^T of all hg KV heads of a block (Mh rows each, a multiple of 4), keys outer and heads
-// inner: in a [B, S, H, D] cache the block's K is then read front to back, a stretch the hardware
-// prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
-// row of the first head, ldk the key stride, ldh the head stride. pf: a piece per (key tile, head).
+// How decode's lane tiles (qk_lane_tile_4x4) cover a head's Mh query rows: n4 tiles of 4 rows, then
+// n3 of 3 (a zero row in their fourth lanes). Mh of 1, 2 or 5 rows is left to qk_tile: a lane tile
+// of one or two rows wastes more dot instructions than the reduction it saves.
+struct LaneTiling {
+  size_t n4 = 0, n3 = 0;
+  bool ok() const { return n4 + n3 > 0; }
+};
+inline LaneTiling lane_tiling(size_t Mh) {
+  LaneTiling t;
+  const size_t threes = Mh % 4 == 0 ? 0 : Mh % 4 == 3 ? 1 : Mh % 4 == 2 ? 2 : 3;  // 3 * threes = Mh mod 4
+  if (3 * threes <= Mh) {
+    t.n3 = threes;
+    t.n4 = (Mh - 3 * threes) / 4;
+  }
+  return t;
+}
+constexpr size_t kLaneTiles = 16;  // the most lane tiles of a block kept in registers and on the stack
+
+// Lane-tiled Q.K^T of every head's rows (lane_tiling: hg * (n4 + n3) <= kLaneTiles), keys
+// [0, nb - nb % 4) outer; returns the first key left. The lane tiles are built once per block.
+// Against qk_tile (paired A/B, decode at 2048 keys, same dots): GQA 4, D 64 0.92-0.96 hot and cold;
+// D 128 0.99-1.00 in the tile's broadcast form, whose broadcasts and finish cost about as much as
+// qk_tile's reduction (its rotated form since: simd_prelude); GQA 3 (the small model, 9/3 heads,
+// D 64, against 3 x 4 qk_tiles) 0.84-0.85 at 513-8193 keys.
+// N4, N3: lt's counts fixed at compile time for the common GQA groups (-1: taken from lt), the
+// tile loops then unrolled (a loop of one tile cost GQA 4 about 1% at 2048 keys).
+template <size_t HD, int N4 = -1, int N3 = -1>
+size_t qk_heads_lane_tiles(size_t hg, size_t Mh, LaneTiling lt, size_t nb, const qelem* q16, size_t ldq,
+                           const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
+                           const RowPrefetch& pf, size_t& step) {
+  constexpr bool kRot = kRotatedLaneTile<HD>;
+  if constexpr (N4 >= 0) lt.n4 = N4;
+  if constexpr (N3 >= 0) lt.n3 = N3;
+  vi qt[kLaneTiles][HD / 16], bias[kLaneTiles];
+  size_t t = 0;
+  for (size_t g = 0; g < hg; ++g) {
+    size_t r = g * Mh;
+    for (size_t i = 0; i < lt.n4; ++i, ++t, r += 4) {
+      qk_lane_tiles<HD, kRot, 4>(q16 + r * ldq, ldq, qt[t]);
+      bias[t] = lane_bias4<4>(qbias + r);
+    }
+    for (size_t i = 0; i < lt.n3; ++i, ++t, r += 3) {
+      qk_lane_tiles<HD, kRot, 3>(q16 + r * ldq, ldq, qt[t]);
+      bias[t] = lane_bias4<3>(qbias + r);
+    }
+  }
+  size_t j = 0;
+  for (; j + 4 <= nb; j += 4) {
+    t = 0;
+    for (size_t g = 0; g < hg; ++g, ++step) {
+      pf.at(step);
+      const int8_t* kg = k + g * ldh + j * ldk;
+      int32_t* dg = dots + g * Mh * ld_s + j;
+      for (size_t i = 0; i < lt.n4; ++i, ++t, dg += 4 * ld_s) qk_lane_tile_4x4<HD, kRot, 4>(qt[t], bias[t], kg, ldk, dg, ld_s);
+      for (size_t i = 0; i < lt.n3; ++i, ++t, dg += 3 * ld_s) qk_lane_tile_4x4<HD, kRot, 3>(qt[t], bias[t], kg, ldk, dg, ld_s);
+    }
+  }
+  return j;
+}
+
+// Whether decode's Q.K^T runs keys outer for heads of Mh query rows (run_item): row tiles that fill
+// the heads, or lane tiles that do.
+inline bool qk_keys_outer_rows(size_t Mh) {
+  return Mh % 4 == 0 || lane_tiling(Mh).ok();
+}
+
+// One head's Mh rows of Q.K^T against kKeys keys: whole row tiles, then a tile of the rows left.
+template <size_t HD>
+__attribute__((always_inline)) inline void qk_head_tile(size_t Mh, size_t head_dim, const qelem* q16, size_t ldq,
+                                                        const int32_t* qbias, const int8_t* k, size_t ldk,
+                                                        int32_t* dots, size_t ld_s) {
+  constexpr size_t kKeys = 4;
+  constexpr int kRows = 4;
+  size_t r0 = 0;
+  for (; r0 + kRows <= Mh; r0 += kRows)
+    qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s);
+  switch (Mh - r0) {
+    case 1: qk_tile<1, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    case 2: qk_tile<2, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    case 3: qk_tile<3, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    default: break;
+  }
+}
+
+// Q.K^T of all hg KV heads of a block (Mh rows each), keys outer and heads inner: in a [B, S, H, D]
+// cache the block's K is then read front to back, a stretch the hardware prefetchers follow; head
+// by head its rows would be H*D bytes apart. k: the block's first key row of the first head, ldk
+// the key stride, ldh the head stride. pf: a piece per (key tile, head).
 template <size_t HD>
 void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const qelem* q16, size_t ldq,
                          const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
@@ -715,38 +799,39 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
   constexpr size_t kKeys = 4;
   constexpr int kRows = 4;
   size_t j = 0, step = 0;
-  // One row tile per head (GQA 4): the lane-tiled dots (qk_lane_tile_4x4), the heads' lane tiles
-  // built once per block. Against qk_tile (paired A/B, decode at 2048 keys, same dots): D 64
-  // 0.92-0.96 hot and cold; D 128 0.99-1.00 in the tile's broadcast form, whose broadcasts and
-  // finish cost about as much as qk_tile's reduction (its rotated form since: simd_prelude).
-  constexpr size_t kLaneHeads = 16;
   if constexpr (HD != 0 && HD % 64 == 0) {
-    if (Mh == 4 && hg <= kLaneHeads) {
-      vi qt[kLaneHeads][HD / 16], bias[kLaneHeads];
-      for (size_t g = 0; g < hg; ++g) {
-        qk_lane_tiles<HD>(q16 + g * 4 * ldq, ldq, qt[g]);
-        bias[g] = lane_bias4(qbias + g * 4);
-      }
-      for (; j + 4 <= nb; j += 4)
-        for (size_t g = 0; g < hg; ++g, ++step) {
-          pf.at(step);
-          qk_lane_tile_4x4<HD>(qt[g], bias[g], k + g * ldh + j * ldk, ldk, dots + g * 4 * ld_s + j, ld_s);
-        }
+    const LaneTiling lt = lane_tiling(Mh);
+    if (lt.ok() && hg * (lt.n4 + lt.n3) <= kLaneTiles) {
+      if (Mh == 4) j = qk_heads_lane_tiles<HD, 1, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 3) j = qk_heads_lane_tiles<HD, 0, 1>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 8) j = qk_heads_lane_tiles<HD, 2, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 7) j = qk_heads_lane_tiles<HD, 1, 1>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else j = qk_heads_lane_tiles<HD>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
     }
   }
   for (; j + kKeys <= nb; j += kKeys)
     for (size_t g = 0; g < hg; ++g, ++step) {
       pf.at(step);
-      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
-        qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
-                                  dots + r0 * ld_s + j, ld_s);
+      qk_head_tile<HD>(Mh, head_dim, q16 + g * Mh * ldq, ldq, qbias + g * Mh, k + g * ldh + j * ldk, ldk,
+                       dots + g * Mh * ld_s + j, ld_s);
     }
   pf.rest(step);
   if (j < nb)
-    for (size_t g = 0; g < hg; ++g)
-      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
+    for (size_t g = 0; g < hg; ++g) {
+      size_t r0 = g * Mh;
+      for (; r0 + kRows <= (g + 1) * Mh; r0 += kRows)
         qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
                        dots + r0 * ld_s + j, ld_s, nullptr, false);
+      switch ((g + 1) * Mh - r0) {
+        case 1: qk_rows<1>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        case 2: qk_rows<2>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        case 3: qk_rows<3>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        default: break;
+      }
+    }
 }
 
 // Prefill's Q.K^T in GEMM form (AttentionPlan::pack_keys: many query rows per KV head). The block's
@@ -1140,7 +1225,7 @@ NextItem run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchL
       const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
-      const bool keys_outer = A.q8 && Mh % 4 == 0;
+      const bool keys_outer = A.q8 && qk_keys_outer_rows(Mh);
       // The item's first block, unless the previous item fetched it: its K at once, its V during
       // its Q.K^T when that runs keys outer (else at once as well).
       const bool cold_start = first && !fetched;

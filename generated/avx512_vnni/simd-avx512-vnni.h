@@ -120,18 +120,26 @@ inline vi key_sums4(const vi* ks) {
   const vi t = _mm512_add_epi32(c, _mm512_shuffle_i32x4(c, c, 0x4E));
   return _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, 0xB1));
 }
-// The 4 rows' bias (128 + zq), row r's in every dword of lane r.
+// The first R of 4 rows' bias (128 + zq), row r's in every dword of lane r (R < 4: the lanes past R
+// zero, and bias[R..3] not read).
+template <int R = 4>
 inline vi lane_bias4(const int32_t* bias) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
   const vi rows = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-  return _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))));
+  const __m128i b = R == 4 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(bias))
+                           : _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << (4 * R)) - 1u), bias);
+  return _mm512_permutexvar_epi32(rows, _mm512_castsi128_si512(b));
 }
-// A 4 x 4 tile of dots, lane r = row r's four: e - bias * ksum (wrapping int32), stored a row per lane.
+// A 4 x 4 tile of dots, lane r = row r's four: e - bias * ksum (wrapping int32), stored a row per
+// lane for the first R rows.
+template <int R = 4>
 inline void store_u8_dots_4x4(vi e, vi bias, vi ksum, int32_t* out, size_t ldd) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
   const vi d = _mm512_sub_epi32(e, _mm512_mullo_epi32(bias, ksum));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_castsi512_si128(d));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
+  if constexpr (R > 1) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + ldd), _mm512_extracti32x4_epi32(d, 1));
+  if constexpr (R > 2) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * ldd), _mm512_extracti32x4_epi32(d, 2));
+  if constexpr (R > 3) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * ldd), _mm512_extracti32x4_epi32(d, 3));
 }
 // The u8 scheme's 4 x 4 tile: out[r * ldd + j] = sum(acc[4r + j]) - bias[r] * sum(ks[j]), in
 // wrapping int32 (bias = 128 + zq of row r). The key sums reduce to one 128-bit lane repeated four
@@ -162,12 +170,19 @@ inline vi rotate_lanes(vi x) {
   return _mm512_shuffle_i32x4(x, x, s0 | (s1 << 2) | (s2 << 4) | (s3 << 6));
 }
 // ROT: the form (a parameter so that tools/qk_lane_tile_probe.cpp can time both at one head dim).
-template <size_t HD, bool ROT = kRotatedLaneTile<HD>>
-inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
+// R: the rows the head has (GQA 3 decode: 3); the missing rows' lanes are zero, their dots unused.
+// Always inlined: outlined (as GCC 12 did once there were several row counts), GQA 4 at D 64 lost
+// ~1%.
+template <size_t HD, bool ROT = kRotatedLaneTile<HD>, int R = 4>
+__attribute__((always_inline)) inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
   static_assert(HD % 64 == 0, "whole 64-byte steps");
+  static_assert(R >= 1 && R <= 4, "one to four rows");
+  const vi zero = _mm512_setzero_si512();
   for (size_t h = 0; h < HD / 64; ++h) {
-    const vi a0 = _mm512_loadu_si512(q + 64 * h), a1 = _mm512_loadu_si512(q + ldq + 64 * h);
-    const vi a2 = _mm512_loadu_si512(q + 2 * ldq + 64 * h), a3 = _mm512_loadu_si512(q + 3 * ldq + 64 * h);
+    const vi a0 = _mm512_loadu_si512(q + 64 * h);
+    const vi a1 = R > 1 ? _mm512_loadu_si512(q + ldq + 64 * h) : zero;
+    const vi a2 = R > 2 ? _mm512_loadu_si512(q + 2 * ldq + 64 * h) : zero;
+    const vi a3 = R > 3 ? _mm512_loadu_si512(q + 3 * ldq + 64 * h) : zero;
     if constexpr (ROT) {  // lane L from row (L + rot) % 4: three qword blends
       const vi a[4] = {a0, a1, a2, a3};
       for (int rot = 0; rot < 4; ++rot) {
@@ -187,8 +202,9 @@ inline void qk_lane_tiles(const uint8_t* q, size_t ldq, vi* qt) {
 }
 // Four keys against one head's lane tiles: out[r * ldd + j] = sum (q_r + 128) k_j - bias[r] * sum k_j,
 // in wrapping int32: qk_u8_finish_4x4's dots, exactly.
-template <size_t HD, bool ROT = kRotatedLaneTile<HD>>
-inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk, int32_t* out, size_t ldd) {
+// R: the rows stored (qk_lane_tiles' R). Always inlined, as qk_lane_tiles.
+template <size_t HD, bool ROT = kRotatedLaneTile<HD>, int R = 4>
+__attribute__((always_inline)) inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk, int32_t* out, size_t ldd) {
   vi acc[4], ks[4];
   if constexpr (ROT) {
     const vi ones = _mm512_set1_epi8(1);
@@ -217,7 +233,7 @@ inline void qk_lane_tile_4x4(const vi* qt, vi bias, const int8_t* k, size_t ldk,
     for (size_t h = 0; h < HD / 64; ++h)
       for (int j = 0; j < 4; ++j) ks[j] = ksum_step(ks[j], _mm512_loadu_si512(k + j * ldk + 64 * h));
   }
-  store_u8_dots_4x4(lane_sums4(acc), bias, key_sums4(ks), out, ldd);  // lane r: row r's dots with keys 0..3
+  store_u8_dots_4x4<R>(lane_sums4(acc), bias, key_sums4(ks), out, ldd);  // lane r: row r's dots with keys 0..3
 }
 // 8 x 8 transposes for flash_attention's per-block qparam gather: 8 keys (rows, ld_in apart) x 8
 // adjacent KV heads of a [B, S, H] qparam array -> 8 head rows of 8 keys (ldo apart). The values are

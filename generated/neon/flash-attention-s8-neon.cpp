@@ -693,10 +693,35 @@ inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, s
   return ok != 0;
 }
 
-// Q.K^T of all hg KV heads of a block (Mh rows each, a multiple of 4), keys outer and heads
-// inner: in a [B, S, H, D] cache the block's K is then read front to back, a stretch the hardware
-// prefetchers follow; head by head its rows would be H*D bytes apart. k: the block's first key
-// row of the first head, ldk the key stride, ldh the head stride. pf: a piece per (key tile, head).
+
+// Whether decode's Q.K^T runs keys outer for heads of Mh query rows (run_item): row tiles that fill
+// the heads.
+inline bool qk_keys_outer_rows(size_t Mh) {
+  return Mh % 4 == 0;
+}
+
+// One head's Mh rows of Q.K^T against kKeys keys: whole row tiles, then a tile of the rows left.
+template <size_t HD>
+__attribute__((always_inline)) inline void qk_head_tile(size_t Mh, size_t head_dim, const qelem* q16, size_t ldq,
+                                                        const int32_t* qbias, const int8_t* k, size_t ldk,
+                                                        int32_t* dots, size_t ld_s) {
+  constexpr size_t kKeys = 4;
+  constexpr int kRows = 4;
+  size_t r0 = 0;
+  for (; r0 + kRows <= Mh; r0 += kRows)
+    qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s);
+  switch (Mh - r0) {
+    case 1: qk_tile<1, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    case 2: qk_tile<2, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    case 3: qk_tile<3, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k, ldk, dots + r0 * ld_s, ld_s); break;
+    default: break;
+  }
+}
+
+// Q.K^T of all hg KV heads of a block (Mh rows each), keys outer and heads inner: in a [B, S, H, D]
+// cache the block's K is then read front to back, a stretch the hardware prefetchers follow; head
+// by head its rows would be H*D bytes apart. k: the block's first key row of the first head, ldk
+// the key stride, ldh the head stride. pf: a piece per (key tile, head).
 template <size_t HD>
 void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const qelem* q16, size_t ldq,
                          const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
@@ -707,16 +732,26 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
   for (; j + kKeys <= nb; j += kKeys)
     for (size_t g = 0; g < hg; ++g, ++step) {
       pf.at(step);
-      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
-        qk_tile<kRows, kKeys, HD>(head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
-                                  dots + r0 * ld_s + j, ld_s);
+      qk_head_tile<HD>(Mh, head_dim, q16 + g * Mh * ldq, ldq, qbias + g * Mh, k + g * ldh + j * ldk, ldk,
+                       dots + g * Mh * ld_s + j, ld_s);
     }
   pf.rest(step);
   if (j < nb)
-    for (size_t g = 0; g < hg; ++g)
-      for (size_t r0 = g * Mh; r0 < (g + 1) * Mh; r0 += kRows)
+    for (size_t g = 0; g < hg; ++g) {
+      size_t r0 = g * Mh;
+      for (; r0 + kRows <= (g + 1) * Mh; r0 += kRows)
         qk_rows<kRows>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
                        dots + r0 * ld_s + j, ld_s, nullptr, false);
+      switch ((g + 1) * Mh - r0) {
+        case 1: qk_rows<1>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        case 2: qk_rows<2>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        case 3: qk_rows<3>(nb - j, head_dim, q16 + r0 * ldq, ldq, qbias + r0, k + g * ldh + j * ldk, ldk,
+                                       dots + r0 * ld_s + j, ld_s, nullptr, false); break;
+        default: break;
+      }
+    }
 }
 
 
@@ -979,7 +1014,7 @@ NextItem run_item(const AttentionArgs& A, const AttentionPlan& P, const ScratchL
       const size_t kbytes = A.kst.s, vbytes = A.vst.s;  // one key's row of every head
       const int8_t* kb = A.k + it.b * A.kst.b + it.kvh0 * A.kst.h;
       const int8_t* vb = A.v + it.b * A.vst.b + it.kvh0 * A.vst.h;
-      const bool keys_outer = A.q8 && Mh % 4 == 0;
+      const bool keys_outer = A.q8 && qk_keys_outer_rows(Mh);
       // The item's first block, unless the previous item fetched it: its K at once, its V during
       // its Q.K^T when that runs keys outer (else at once as well).
       const bool cold_start = first && !fetched;
