@@ -120,12 +120,14 @@ def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
     (1, 18, 2, 203, 64),     # GQA 9: three 3-row lane tiles
     (1, 63, 9, 501, 64),     # GQA 7 on 9 heads: more lane tiles than a block keeps, row tiles and a 3-row rest
     (1, 9, 3, 299, 96),      # GQA 3 at D 96 (no lane tiles): keys-outer row tiles with a 3-row rest
-    (1, 10, 2, 130, 64),     # GQA 5: row tiles, head by head
+    (1, 10, 2, 130, 64),     # GQA 5: a 4-row tile and a 1-row rest
+    (1, 16, 16, 333, 128),   # MHA: 1-row tiles, keys outer over 16 heads
+    (2, 8, 4, 259, 64),      # GQA 2, B = 2
 ], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("splits", [1, 3])
 def test_decode_gqa_groups(kmod, shape, splits):
-    """Decode of every GQA group size's Q.K^T form (lane tiles of 4 and 3 rows, row tiles with a
-    remainder tile), with and without KV splits: the reference's answer."""
+    """Decode of every GQA group size's keys-outer Q.K^T form (lane tiles of 4 and 3 rows, row tiles
+    with a remainder tile), with and without KV splits: the reference's answer."""
     b, hq, hkv, skv, d = shape
     case = make_case(_rng("gqa-decode", shape), b, hq, hkv, 1, skv, d)
     check(kmod, case, skv - 1, force_splits=splits)
