@@ -304,12 +304,18 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   vi acc[TRt * TKt];
   vi ks[TKt];  // u8 scheme: the keys' sums
   for (int j = 0; j < TKt; ++j) ks[j] = dzero();
+  // One row, four keys (MHA decode): each key's sum weighted by the row's bias (128 + zq, a u8) in
+  // the same vpdpbusd, so that dot and bias term subtract per lane and the tile's four dots come
+  // out of one 4-vector reduction (key_sums4) instead of an 8-vector tree and a scalar fix-up.
+  constexpr bool kBiasSums = kQkU8 && TRt == 1 && TKt == 4;
+  const vk sum_weights = _mm512_set1_epi8(static_cast<char>(kBiasSums ? qbias[0] : 1));
+  const auto ksum = [&](vi a, vk kvec) { return _mm512_dpbusd_epi32(a, sum_weights, kvec); };
   size_t d = 0;
   if (head_dim >= QKB) {  // the first step initialises the accumulators
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16_first(kv[j], q + r * ldq);
     d = QKB;
@@ -320,7 +326,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
@@ -329,12 +335,18 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16_n(k + j * ldk + d, rest);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
   if constexpr (kQkU8 && TRt == 4 && TKt == 4) {
     qk_u8_finish_4x4(acc, ks, qbias, dots, ldd);
+    return;
+  }
+  if constexpr (kBiasSums) {
+    vi e[4];
+    for (int j = 0; j < 4; ++j) e[j] = _mm512_sub_epi32(acc[j], ks[j]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dots), _mm512_castsi512_si128(key_sums4(e)));
     return;
   }
   // Every accumulator's sum, and after them the u8 scheme's key sums, through the reduction trees

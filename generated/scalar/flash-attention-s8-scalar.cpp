@@ -304,12 +304,13 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   vi acc[TRt * TKt];
   vi ks[TKt];  // u8 scheme: the keys' sums
   for (int j = 0; j < TKt; ++j) ks[j] = dzero();
+  const auto ksum = [](vi a, vk kvec) { return ksum_step(a, kvec); };
   size_t d = 0;
   if (head_dim >= QKB) {  // the first step initialises the accumulators
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16_first(kv[j], q + r * ldq);
     d = QKB;
@@ -320,7 +321,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16(k + j * ldk + d);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
@@ -329,7 +330,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
     vk kv[TKt];
     for (int j = 0; j < TKt; ++j) kv[j] = kload16_n(k + j * ldk + d, rest);
     if constexpr (kQkU8)
-      for (int j = 0; j < TKt; ++j) ks[j] = ksum_step(ks[j], kv[j]);
+      for (int j = 0; j < TKt; ++j) ks[j] = ksum(ks[j], kv[j]);
     for (int r = 0; r < TRt; ++r)
       for (int j = 0; j < TKt; ++j) acc[r * TKt + j] = qdot16(acc[r * TKt + j], kv[j], q + r * ldq + d);
   }
