@@ -351,7 +351,7 @@ __attribute__((always_inline)) inline void qk_tile(size_t head_dim_arg, const qe
   }
   // Every accumulator's sum, and after them the u8 scheme's key sums, through the reduction trees
   // 16 or 8 at a time, zero-padded: a horizontal sum per vector costs several times more (a 3 x 4
-  // tile, GQA 3 at decode, took 16 of them per 4 keys: ~1.5x the least-work step's time).
+  // tile took 16 of them per 4 keys: GQA 3 decode ran at ~1.5x the least-work step's time).
   constexpr int kDots = TRt * TKt, kSums = kDots + (kQkU8 ? TKt : 0);
   constexpr int kPadded = kSums % 16 == 0 || kSums > 8 ? (kSums + 15) / 16 * 16 : 8;
   vi all[kPadded];
