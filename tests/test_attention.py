@@ -120,9 +120,11 @@ def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
     (1, 18, 2, 203, 64),     # GQA 9: three 3-row lane tiles
     (1, 63, 9, 501, 64),     # GQA 7 on 9 heads: more lane tiles than a block keeps, row tiles and a 3-row rest
     (1, 9, 3, 299, 96),      # GQA 3 at D 96 (no lane tiles): keys-outer row tiles with a 3-row rest
-    (1, 10, 2, 130, 64),     # GQA 5: a 4-row tile and a 1-row rest
+    (1, 10, 2, 130, 64),     # GQA 5: a 4-row lane tile and a one-row qk_tile
+    (1, 26, 2, 170, 128),    # GQA 13: a 4-row lane tile and three 3-row ones
     (1, 16, 16, 333, 128),   # MHA: 1-row tiles, keys outer over 16 heads
-    (2, 8, 4, 259, 64),      # GQA 2, B = 2
+    (2, 8, 4, 259, 64),      # GQA 2 (2-row lane tiles), B = 2
+    (1, 16, 8, 515, 128),    # GQA 2 at D 128
 ], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("splits", [1, 3])
 def test_decode_gqa_groups(kmod, shape, splits):

@@ -716,39 +716,53 @@ inline bool block_scales_ok(const unsigned char* params, size_t hg, size_t nb, s
   return ok != 0;
 }
 
-// How decode's lane tiles (qk_lane_tile_4x4) cover a head's Mh query rows: n4 tiles of 4 rows, then
-// n3 of 3 (a zero row in their fourth lanes). Mh of 1, 2 or 5 rows is left to qk_tile: a lane tile
-// of one or two rows wastes more dot instructions than the reduction it saves.
+// How decode's lane tiles (qk_lane_tile_4x4) cover a head's Mh query rows: n4 tiles of 4 rows,
+// then n3 of 3 and n2 of 2 (zero rows in their other lanes), and n1 rows left to qk_tile's one-row
+// tile: 4s and a 3 (Mh % 4 == 3); 4s and two 3s, or a lone 2 (2); 4s and three 3s, or 4s and one
+// row (1). Paired A/B, 2049 keys: a lone row in a lane tile took 1.10-1.13x the one-row qk_tile's
+// time (MHA), and a 5-row head as a 3 and a 2 1.08x a 4-row tile and one row; 4 + 2 and 3 + 3, or
+// 4 + 3 + 2 and 3 + 3 + 3, took the same time.
 struct LaneTiling {
-  size_t n4 = 0, n3 = 0;
-  bool ok() const { return n4 + n3 > 0; }
+  size_t n4 = 0, n3 = 0, n2 = 0, n1 = 0;
+  size_t tiles() const { return n4 + n3 + n2; }
 };
 inline LaneTiling lane_tiling(size_t Mh) {
   LaneTiling t;
-  const size_t threes = Mh % 4 == 0 ? 0 : Mh % 4 == 3 ? 1 : Mh % 4 == 2 ? 2 : 3;  // 3 * threes = Mh mod 4
-  if (3 * threes <= Mh) {
-    t.n3 = threes;
-    t.n4 = (Mh - 3 * threes) / 4;
+  t.n4 = Mh / 4;
+  switch (Mh % 4) {
+    case 3: t.n3 = 1; break;
+    case 2:
+      if (t.n4 == 0) t.n2 = 1;
+      else t.n4 -= 1, t.n3 = 2;
+      break;
+    case 1:
+      if (t.n4 >= 2) t.n4 -= 2, t.n3 = 3;
+      else t.n1 = 1;
+      break;
+    default: break;
   }
   return t;
 }
 constexpr size_t kLaneTiles = 16;  // the most lane tiles of a block kept in registers and on the stack
 
-// Lane-tiled Q.K^T of every head's rows (lane_tiling: hg * (n4 + n3) <= kLaneTiles), keys
+// Lane-tiled Q.K^T of every head's rows (lane_tiling: hg * tiles <= kLaneTiles), keys
 // [0, nb - nb % 4) outer; returns the first key left. The lane tiles are built once per block.
 // Against qk_tile (paired A/B, decode at 2048 keys, same dots): GQA 4, D 64 0.92-0.96 hot and cold;
 // D 128 0.99-1.00 in the tile's broadcast form, whose broadcasts and finish cost about as much as
 // qk_tile's reduction (its rotated form since: simd_prelude); GQA 3 (the small model, 9/3 heads,
-// D 64, against 3 x 4 qk_tiles) 0.84-0.85 at 513-8193 keys.
-// N4, N3: lt's counts fixed at compile time for the common GQA groups (-1: taken from lt), the
+// D 64, against 3 x 4 qk_tiles) 0.84-0.85 at 513-8193 keys; GQA 2 (16/8) 0.95 at D 128, 0.89 at
+// D 64.
+// N4, N3, N2: lt's counts fixed at compile time for the common GQA groups (-1: taken from lt), the
 // tile loops then unrolled (a loop of one tile cost GQA 4 about 1% at 2048 keys).
-template <size_t HD, int N4 = -1, int N3 = -1>
+template <size_t HD, int N4 = -1, int N3 = -1, int N2 = -1>
 size_t qk_heads_lane_tiles(size_t hg, size_t Mh, LaneTiling lt, size_t nb, const qelem* q16, size_t ldq,
                            const int32_t* qbias, const int8_t* k, size_t ldk, size_t ldh, int32_t* dots, size_t ld_s,
                            const RowPrefetch& pf, size_t& step) {
   constexpr bool kRot = kRotatedLaneTile<HD>;
   if constexpr (N4 >= 0) lt.n4 = N4;
   if constexpr (N3 >= 0) lt.n3 = N3;
+  if constexpr (N2 >= 0) lt.n2 = N2;
+  if constexpr (N4 >= 0 && N3 >= 0 && N2 >= 0) lt.n1 = 0;  // the groups named have no row left
   vi qt[kLaneTiles][HD / 16], bias[kLaneTiles];
   size_t t = 0;
   for (size_t g = 0; g < hg; ++g) {
@@ -761,7 +775,12 @@ size_t qk_heads_lane_tiles(size_t hg, size_t Mh, LaneTiling lt, size_t nb, const
       qk_lane_tiles<HD, kRot, 3>(q16 + r * ldq, ldq, qt[t]);
       bias[t] = lane_bias4<3>(qbias + r);
     }
+    for (size_t i = 0; i < lt.n2; ++i, ++t, r += 2) {
+      qk_lane_tiles<HD, kRot, 2>(q16 + r * ldq, ldq, qt[t]);
+      bias[t] = lane_bias4<2>(qbias + r);
+    }
   }
+  const size_t r1 = Mh - lt.n1;  // a head's rows left to one-row qk_tiles: [r1, Mh)
   size_t j = 0;
   for (; j + 4 <= nb; j += 4) {
     t = 0;
@@ -771,6 +790,9 @@ size_t qk_heads_lane_tiles(size_t hg, size_t Mh, LaneTiling lt, size_t nb, const
       int32_t* dg = dots + g * Mh * ld_s + j;
       for (size_t i = 0; i < lt.n4; ++i, ++t, dg += 4 * ld_s) qk_lane_tile_4x4<HD, kRot, 4>(qt[t], bias[t], kg, ldk, dg, ld_s);
       for (size_t i = 0; i < lt.n3; ++i, ++t, dg += 3 * ld_s) qk_lane_tile_4x4<HD, kRot, 3>(qt[t], bias[t], kg, ldk, dg, ld_s);
+      for (size_t i = 0; i < lt.n2; ++i, ++t, dg += 2 * ld_s) qk_lane_tile_4x4<HD, kRot, 2>(qt[t], bias[t], kg, ldk, dg, ld_s);
+      for (size_t r = g * Mh + r1; r < (g + 1) * Mh; ++r)
+        qk_tile<1, 4, HD>(HD, q16 + r * ldq, ldq, qbias + r, kg, ldk, dots + r * ld_s + j, ld_s);
     }
   }
   return j;
@@ -807,11 +829,12 @@ void qk_heads_keys_outer(size_t hg, size_t Mh, size_t nb, size_t head_dim, const
   size_t j = 0, step = 0;
   if constexpr (HD != 0 && HD % 64 == 0) {
     const LaneTiling lt = lane_tiling(Mh);
-    if (lt.ok() && hg * (lt.n4 + lt.n3) <= kLaneTiles) {
-      if (Mh == 4) j = qk_heads_lane_tiles<HD, 1, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
-      else if (Mh == 3) j = qk_heads_lane_tiles<HD, 0, 1>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
-      else if (Mh == 8) j = qk_heads_lane_tiles<HD, 2, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
-      else if (Mh == 7) j = qk_heads_lane_tiles<HD, 1, 1>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+    if (lt.tiles() > 0 && hg * lt.tiles() <= kLaneTiles) {
+      if (Mh == 4) j = qk_heads_lane_tiles<HD, 1, 0, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 3) j = qk_heads_lane_tiles<HD, 0, 1, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 2) j = qk_heads_lane_tiles<HD, 0, 0, 1>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 8) j = qk_heads_lane_tiles<HD, 2, 0, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
+      else if (Mh == 7) j = qk_heads_lane_tiles<HD, 1, 1, 0>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
       else j = qk_heads_lane_tiles<HD>(hg, Mh, lt, nb, q16, ldq, qbias, k, ldk, ldh, dots, ld_s, pf, step);
     }
   }
