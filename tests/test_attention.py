@@ -128,8 +128,9 @@ def test_prefetch_tuning_changes_no_bit(kmod, shape, float_query):
 ], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("splits", [1, 3])
 def test_decode_gqa_groups(kmod, shape, splits):
-    """Decode of every GQA group size's keys-outer Q.K^T form (lane tiles of 4 and 3 rows, row tiles
-    with a remainder tile), with and without KV splits: the reference's answer."""
+    """Decode of every GQA group size's keys-outer Q.K^T form (lane tiles of 4, 3 and 2 rows, one-row
+    tiles beside them or alone, row tiles with a remainder tile), with and without KV splits: the
+    reference's answer."""
     b, hq, hkv, skv, d = shape
     case = make_case(_rng("gqa-decode", shape), b, hq, hkv, 1, skv, d)
     check(kmod, case, skv - 1, force_splits=splits)
