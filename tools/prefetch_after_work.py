@@ -11,11 +11,16 @@ cores):
           4096 weights (235 MB each), on torch's threads
   torch   PyTorch fp32 SDPA on the same case (the bench's peer)
   et      ExecuTorch's custom_sdpa (fp32), the bench's peer
-  faults  268 MB of fresh pages, one store per 4 KiB, freed (page faults and an munmap, nothing read)
-  faultkeep  the same, each round's pages freed at the start of the next round's
+  faults  268 MB of fresh pages, one store per 4 KiB, freed (page faults and an munmap, nothing read);
+          numpy asks for transparent huge pages from 4 MiB up, so these are 2 MiB page faults
+          (/proc/vmstat's thp_fault_alloc counts them) where the OS grants them
+  faults4k  the same on 4 KiB pages (numpy's huge-page request off for that allocation)
+  faultkeep  the same as faults, each round's pages freed at the start of the next round's
   write   one store per 64-byte line of 268 MB mapped once, up front (dirty lines: no fault, no munmap)
   munmap  256 MB mapped, one store per 2 MiB (128 page faults, little written), unmapped
   read    a 64 MB fp32 sum on torch's threads (a read of memory and nothing else)
+  memset  the C library's memset of 268 MB mapped once, up front, on 4 KiB pages (glibc takes
+          non-temporal stores at that size: no fault, no munmap)
 with each prefetch setting (the kernel's _set_prefetch_tuning: L1/L2 = prefetcht0/prefetcht1,
 then the eighths of the next block's K fetched during Q.K^T, 0 to 8; "+walk" walks the pages
 first), all interleaved round by round, each round starting one place further along. --pages 4k
@@ -54,6 +59,19 @@ The same VM, 2026-12-05 20:44-20:49 UTC, 20 rounds, L2/4 / L1/4: 8192 keys at 2 
 852, torch 1153 / 890, et 1166 / 856, mlp 1182 / 859; three minutes later, level (846-861 /
 829-862), as were 8192 keys at 1 thread and 2048 at 1 and 2 (within 5% of each other in every row). Alone in a
 process (no peers, no MLP), the bench's pause before each call, L2/4 was 4-10% faster than L1/4.
+
+The same VM, 2026-12-07 02:40-03:10 UTC: what in the page faults does it. The faults rows above were
+2 MiB page faults (numpy's huge-page request; 134 a round in thp_fault_alloc). 8192 keys at 2
+threads, 20 rounds, L1/4 / L2/4: none 871 / 763, faults 862 / 1155, faults4k 852 / 769, memset
+848 / 776, write 880 / 770. At 1 thread (16 rounds) none 1659 / 1370, faults 1703 / 1599, faults4k
+1717 / 1393; 2048 keys at 2 threads none 280 / 319, faults 296 / 407, faults4k 297 / 362. With
+the layers on 4 KiB pages (--pages 4k) none 877 / 881, faults 917 / 1225. With the VM's free page
+reporting off (page_reporting_order 11 for one run: nothing reported) faults 871 / 1156 and torch
+876 / 1258. So 2 MiB page faults before the call hurt the prefetches into L2 and 4 KiB ones of
+the same 268 MB do not, nor do 268 MB of ordinary, non-temporal or `rep stosb` stores from user
+code (a C probe, not kept), nor the host taking memory back. PyTorch's SDPA hurts them too (1428
+against 883 in one run) with no 2 MiB faults of its own (0 a call in thp_fault_alloc, as for
+ExecuTorch's ops), so that is not the only trigger.
 """
 from __future__ import annotations
 
@@ -80,6 +98,12 @@ def parse_tuning(name: str):
     return level == "L1", walk, int(eighths)
 
 
+def _madvise_hugepage(on: bool) -> None:
+    """numpy's request for transparent huge pages on its large allocations (on by default)."""
+    core = getattr(np, "_core", None) or np.core  # numpy 2 / numpy 1
+    core.multiarray._set_madvise_hugepage(on)
+
+
 def work_before(name: str, case: Case, x: _Inputs, threads: int):
     """fn(i) for the work named, or None for "none"."""
     if name == "none":
@@ -101,6 +125,27 @@ def work_before(name: str, case: Case, x: _Inputs, threads: int):
             a[::1024] = 1.0
             return a[0]
         return faults
+    if name == "faults4k":
+        def faults4k(i):
+            _madvise_hugepage(False)  # for this allocation only
+            try:
+                a = np.empty(67 << 20, np.float32)
+            finally:
+                _madvise_hugepage(True)
+            a[::1024] = 1.0
+            return a[0]
+        return faults4k
+    if name == "memset":
+        import ctypes
+
+        _madvise_hugepage(False)
+        try:
+            buf = np.ones(67 << 20, np.float32)
+        finally:
+            _madvise_hugepage(True)
+        memset = ctypes.CDLL(None).memset
+        memset.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+        return lambda i, buf=buf: memset(buf.ctypes.data, i & 0x7F, buf.nbytes)  # buf kept alive
     if name == "faultkeep":
         kept = []
 
@@ -142,7 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--before", default="none,mlp,torch,et",
-                    help="comma-separated: none, mlp, torch, et, faults, faultkeep, write, munmap, read")
+                    help="comma-separated: none, mlp, torch, et, faults, faults4k, faultkeep, write, munmap, read, "
+                         "memset")
     ap.add_argument("--tunings", default="L2/4,L1/4", help="comma-separated: " + ", ".join(TUNINGS))
     ap.add_argument("--pages", choices=("2m", "4k"), default="2m",
                     help="the layers' pages: 2 MiB where the OS grants them, as the bench's (default), or 4 KiB")
