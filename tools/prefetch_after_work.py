@@ -19,8 +19,8 @@ cores):
   write   one store per 64-byte line of 268 MB mapped once, up front (dirty lines: no fault, no munmap)
   munmap  256 MB mapped, one store per 2 MiB (128 page faults, little written), unmapped
   read    a 64 MB fp32 sum on torch's threads (a read of memory and nothing else)
-  memset  the C library's memset of 268 MB mapped once, up front, on 4 KiB pages (glibc takes
-          non-temporal stores at that size: no fault, no munmap)
+  memset  the C library's memset of 268 MB mapped once, up front, on 4 KiB pages (whatever stores
+          the library picks at that size; no fault, no munmap)
 with each prefetch setting (the kernel's _set_prefetch_tuning: L1/L2 = prefetcht0/prefetcht1,
 then the eighths of the next block's K fetched during Q.K^T, 0 to 8; "+walk" walks the pages
 first), all interleaved round by round, each round starting one place further along. --pages 4k
@@ -60,7 +60,7 @@ The same VM, 2026-12-05 20:44-20:49 UTC, 20 rounds, L2/4 / L1/4: 8192 keys at 2 
 829-862), as were 8192 keys at 1 thread and 2048 at 1 and 2 (within 5% of each other in every row). Alone in a
 process (no peers, no MLP), the bench's pause before each call, L2/4 was 4-10% faster than L1/4.
 
-The same VM, 2026-12-07 02:40-03:10 UTC: what in the page faults does it. The faults rows above were
+The same VM, 2026-12-07 02:00-02:15 UTC: what in the page faults does it. The faults rows above were
 2 MiB page faults (numpy's huge-page request; 134 a round in thp_fault_alloc). 8192 keys at 2
 threads, 20 rounds, L1/4 / L2/4: none 871 / 763, faults 862 / 1155, faults4k 852 / 769, memset
 848 / 776, write 880 / 770. At 1 thread (16 rounds) none 1659 / 1370, faults 1703 / 1599, faults4k
