@@ -1,0 +1,173 @@
+// How fast can one core bring a cold cache in while it computes, by which kind of fetch? A decode
+// call must read its K and V (4 MiB at 2048 keys for llama3-8b) while it does ~2x a plain read's
+// time of arithmetic; this times stand-ins for the two with nothing else: one 512-bit load of
+// every 64-byte line and F FMAs per line (the arithmetic's pace), over 4 MiB "layers" in rotation
+// (16 of them on 2 MiB pages: 64 MiB, twice this VM's L3), one thread.
+//
+//   g++ -O2 -std=c++17 -fopenmp -mavx512f tools/stream_mlp_probe.cpp -o /tmp/stream_mlp
+//   /tmp/stream_mlp [calls=60] [pause_ms=5] [threads=1]
+//
+// threads=2: each thread takes half of each layer's blocks (a 2-thread decode's KV split), after
+// the pause on both; no sleep or wake in between (the threads wait for each other by spinning).
+//
+// Orders (each a 128 KiB block at a time, 32 blocks a layer, like the kernel's all-heads blocks of
+// 64 keys: 64 "keys" of 1 KiB K and 1 KiB V, 8 "heads" of 128 bytes each):
+//   seq        every line in address order (what the floor's read does, plus the work)
+//   heads      the kernel's order: each head's two K lines of all 64 keys, head by head, then V's
+// Fetch of the next block, evenly over this block's lines (the kernel's scheme), or none:
+//   none, pf0 (prefetcht0: into L1), pf1 (prefetcht1: into L2)
+// Printed per (order, fetch, F): the median time of a call after the pause and its GB/s; "hot" is
+// the same call on one 128 KiB block over and over (L2), the work's own time. A fetch that kept up
+// would make cold = hot; what it cannot hide is cold - hot.
+//
+// On the Zen 4 VM (AMD EPYC family 25 model 17), 2026-12-07 04:20-04:45 UTC, two sets of runs (no
+// pause and 5 ms, 1 and 2 threads), medians in us, cold (cold - hot). The plain read (seq, none, F
+// 0): 167-202 at 1 thread (21-25 GB/s), 99-114 at 2 (37-42 GB/s). The work alone (hot) at F 8 takes
+// about the read's time (152-163 at 1 thread, 77-87 at 2), at F 12 ~1.35x it (223-234, 111-122).
+// The kernel's order (heads):
+//   prefetch into L1   F 8   1 thread 189-359 (+36 to +204), 2 threads 109-136 (+30 to +52)
+//                      F 12  1 thread 240-347 (+16 to +118), 2 threads 124-141 (+12 to +28)
+//   into L2            F 8   +12 to +63 and +16 to +39;  F 12  +7 to +23 and +7 to +17
+//   none               1.5-2.4x the read
+// In three of the four 1-thread runs the L1 form left +16 to +42 unhidden (16-21 GB/s while
+// computing); in the fourth, with the host busy (the read at 20.8 GB/s), +118 and +204 where the
+// L2 form left +23 and +63: what one core's prefetches into L1 bring in moves with the memory's
+// latency. Address order without any software prefetch (seq, none) hid all but 2-60 us.
+#include <immintrin.h>
+#include <omp.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "probe_util.h"
+
+namespace {
+
+using probe::busy;
+using probe::hsum;
+using probe::now;
+
+constexpr size_t kLayer = 4u << 20, kBlock = 128u << 10, kLines = kBlock / 64, kLayers = 16;
+
+enum Order { kSeq, kHeads };
+enum Fetch { kNone, kPf0, kPf1 };
+
+// Offset of the block's i-th line in the order's walk.
+inline size_t line_at(Order o, size_t i) {
+  if (o == kSeq) return i * 64;
+  const size_t half = i / 1024, r = i % 1024;  // K lines first, then V's
+  const size_t head = r / 128, key = (r % 128) / 2, piece = r % 2;
+  return key * 2048 + half * 1024 + head * 128 + piece * 64;
+}
+
+template <Fetch FE, int F>
+__attribute__((noinline)) float run_layer(const int8_t* layer, size_t b0, size_t b1, size_t blocks, Order o,
+                                          bool same_block) {
+  // The loaded lines go into 4 sums; the work is F FMAs a line over 8 chains of their own (one a
+  // cycle: independent of the loads, so the core runs ahead of a late line as far as it can).
+  __m512i sum[4];
+  __m512 work[8];
+  for (int i = 0; i < 4; ++i) sum[i] = _mm512_setzero_si512();
+  for (int i = 0; i < 8; ++i) work[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 c = _mm512_set1_ps(0.5f);  // work -> 1: no overflow, no denormals
+  std::vector<uint32_t> walk(kLines);
+  for (size_t i = 0; i < kLines; ++i) walk[i] = static_cast<uint32_t>(line_at(o, i));
+  for (size_t b = b0; b < b1; ++b) {
+    const int8_t* blk = same_block ? layer : layer + b * kBlock;
+    const int8_t* next = same_block ? layer : layer + ((b + 1) % blocks) * kBlock;
+    for (size_t i = 0; i < kLines; i += 8) {
+#pragma GCC unroll 8
+      for (int u = 0; u < 8; ++u) {
+        if constexpr (FE == kPf0) _mm_prefetch(reinterpret_cast<const char*>(next + (i + u) * 64), _MM_HINT_T0);
+        if constexpr (FE == kPf1) _mm_prefetch(reinterpret_cast<const char*>(next + (i + u) * 64), _MM_HINT_T1);
+        sum[u % 4] = _mm512_add_epi32(sum[u % 4], _mm512_load_si512(blk + walk[i + u]));
+#pragma GCC unroll 32
+        for (int f = 0; f < F; ++f) work[(u * F + f) % 8] = _mm512_fmadd_ps(work[(u * F + f) % 8], c, c);
+      }
+    }
+  }
+  __m512 s = work[0];
+  for (int i = 1; i < 8; ++i) s = _mm512_add_ps(s, work[i]);
+  return hsum(s) + hsum(_mm512_add_epi32(_mm512_add_epi32(sum[0], sum[1]), _mm512_add_epi32(sum[2], sum[3])));
+}
+
+using Fn = float (*)(const int8_t*, size_t, size_t, size_t, Order, bool);
+
+template <int F>
+Fn pick(Fetch f) {
+  return f == kPf0 ? run_layer<kPf0, F> : f == kPf1 ? run_layer<kPf1, F> : run_layer<kNone, F>;
+}
+
+Fn pick(Fetch f, int F) {
+  switch (F) {
+    case 0: return pick<0>(f);
+    case 4: return pick<4>(f);
+    case 8: return pick<8>(f);
+    default: return pick<12>(f);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int calls = argc > 1 ? std::atoi(argv[1]) : 60;
+  const double pause = (argc > 2 ? std::atof(argv[2]) : 5.0) * 1e-3;
+  const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+  const size_t total = kLayer * kLayers;
+  void* mem = mmap(nullptr, total + (2u << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  auto* base = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(mem) + (2u << 20) - 1) & ~uintptr_t((2u << 20) - 1));
+  madvise(base, total, MADV_HUGEPAGE);
+  for (size_t i = 0; i < total; ++i) base[i] = static_cast<int8_t>(i * 7);
+  struct Mode { Order o; Fetch f; int F; const char* name; };
+  std::vector<Mode> modes;
+  const char* fname[] = {"none", "pf0", "pf1"};
+  for (int F : {0, 4, 8, 12})
+    for (Order o : {kSeq, kHeads})
+      for (Fetch f : {kNone, kPf0, kPf1}) modes.push_back({o, f, F, fname[f]});
+  std::vector<std::vector<double>> cold(modes.size()), hot(modes.size());
+  float sink = 0;
+  size_t layer = 0;
+  const size_t blocks = kLayer / kBlock;
+  // One timed call on `threads` threads: each busy for the pause, then its share of the blocks.
+  auto timed = [&](Fn fn, const int8_t* p, Order o, bool same) {
+    double t0 = 0, t1 = 0;
+    float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      busy(pause);
+#pragma omp barrier
+#pragma omp master
+      t0 = now();
+      s += fn(p, blocks * t / n, blocks * (t + 1) / n, blocks, o, same);
+#pragma omp barrier
+#pragma omp master
+      t1 = now();
+    }
+    sink += s;
+    return (t1 - t0) * 1e6;
+  };
+  for (int c = 0; c < calls; ++c)
+    for (size_t m = 0; m < modes.size(); ++m) {  // interleaved: every mode in every round
+      const Fn fn = pick(modes[m].f, modes[m].F);
+      cold[m].push_back(timed(fn, base + layer * kLayer, modes[m].o, false));
+      layer = (layer + 1) % (kLayers - 1);  // the last layer is the hot calls'
+      hot[m].push_back(timed(fn, base + (kLayers - 1) * kLayer, modes[m].o, true));  // one block, in L2
+    }
+  auto med = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  std::printf("%d calls, %d thread(s), %.1f ms busy pause; 4 MiB a call, median us (GB/s); sink %g\n", calls, threads,
+              pause * 1e3, static_cast<double>(sink));
+  std::printf("%-6s %-5s %3s %16s %16s %10s\n", "order", "fetch", "F", "cold", "hot (L2)", "cold-hot");
+  for (size_t m = 0; m < modes.size(); ++m) {
+    const double c = med(cold[m]), h = med(hot[m]);
+    std::printf("%-6s %-5s %3d %8.1f (%5.1f) %8.1f (%5.1f) %10.1f\n", modes[m].o == kSeq ? "seq" : "heads",
+                modes[m].name, modes[m].F, c, kLayer / c / 1e3, h, kLayer / h / 1e3, c - h);
+  }
+  munmap(mem, total + (2u << 20));
+  return 0;
+}
