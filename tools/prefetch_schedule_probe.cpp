@@ -44,9 +44,9 @@
 
 namespace {
 
-using probe::busy;
-using probe::hsum;
-using probe::now;
+using probe_util::busy;
+using probe_util::hsum;
+using probe_util::now;
 
 constexpr size_t kRegion = 2u << 20, kBlockBytes = 64u << 10, kBlocks = kRegion / kBlockBytes, kLayers = 16;
 constexpr size_t kSteps = 1024;  // lines of K (and of V) a block

@@ -1,12 +1,14 @@
-// Helpers shared by the AVX-512 memory probes (tools/stream_mlp_probe.cpp,
-// tools/prefetch_schedule_probe.cpp): a clock, the bench's busy pause, lane sums.
+// Helpers shared by the AVX-512 probes in tools/: a clock, the bench's busy pause, lane sums, and
+// the median time of a step run many times.
 #pragma once
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
-namespace probe {
+namespace probe_util {
 
 inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -37,4 +39,20 @@ inline void busy(double s) {
   (void)sink;
 }
 
-}  // namespace probe
+// Nanoseconds per unit of f() (f does `units` of work), the median of 7 runs of `reps` calls.
+template <typename F>
+double ns_per(F f, int reps, int units) {
+  std::vector<double> t;
+  for (int run = 0; run < 7; ++run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) {
+      f();
+      __asm__ volatile("" ::: "memory");
+    }
+    t.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / reps / units);
+  }
+  std::sort(t.begin(), t.end());
+  return t[3];
+}
+
+}  // namespace probe_util

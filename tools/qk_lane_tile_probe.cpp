@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "avx512_vnni/simd-avx512-vnni.h"
+#include "probe_util.h"
 
 namespace {
 
@@ -74,17 +75,7 @@ __attribute__((noinline)) void dots_block(const vi* qt) {
 
 template <typename F>
 double ns_per_key(F f, int reps) {
-  std::vector<double> t;
-  for (int run = 0; run < 7; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) {
-      f();
-      __asm__ volatile("" ::: "memory");
-    }
-    t.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / reps / kKeys);
-  }
-  std::sort(t.begin(), t.end());
-  return t[3];
+  return probe_util::ns_per(f, reps, kKeys);
 }
 
 template <size_t HD>

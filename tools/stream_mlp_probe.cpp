@@ -48,9 +48,9 @@
 
 namespace {
 
-using probe::busy;
-using probe::hsum;
-using probe::now;
+using probe_util::busy;
+using probe_util::hsum;
+using probe_util::now;
 
 constexpr size_t kLayer = 4u << 20, kBlock = 128u << 10, kLines = kBlock / 64, kLayers = 16;
 
