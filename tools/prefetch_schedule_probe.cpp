@@ -5,8 +5,11 @@
 // by one of several schedules. Cold (a new layer each call, 16 layers: 64 MiB) against hot (one
 // block's lines over and over, in L2): what the schedule leaves unhidden is cold - hot.
 //
-//   g++ -O2 -std=c++17 -mavx512f tools/prefetch_schedule_probe.cpp -o /tmp/pf_sched
-//   /tmp/pf_sched [calls=40] [pause_ms=5] [qk_fma=8] [softmax_fma=5376] [pv_fma=16]
+//   g++ -O2 -std=c++17 -fopenmp -mavx512f tools/prefetch_schedule_probe.cpp -o /tmp/pf_sched
+//   /tmp/pf_sched [calls=40] [pause_ms=5] [qk_fma=8] [softmax_fma=5376] [pv_fma=16] [threads=1]
+//
+// threads=2: each thread takes half of each layer's blocks (a 2-thread decode's KV split), after
+// the pause on both; the threads wait for each other by spinning, no sleep or wake.
 //
 // A block, as templates/flash_attention.cpp.j2's all-heads decode item runs it:
 //   Q.K^T   1024 steps: the block's K lines in memory order (keys outer, heads inner), qk_fma FMAs each
@@ -26,11 +29,17 @@
 //   5 ms pause, busy host:   kernel L1 322 (+48), even L1 +58, kernel L2 +52, even L2 +53, none +305
 //   5 ms pause:              kernel L1 300 (+30), even L1 +37, kernel L2 +11, even L2 +36, none +203
 //   no pause:                kernel L1 278 (+18), even L1 +29, kernel L2 +22, even L2 +16, none +172
-// The kernel's schedule leaves 0.5-1.5 us a block unhidden here, no worse than a line every step.
+//   2 threads, 5 ms pause:   kernel L1 181 / 138 (+43), even L1 +37, kernel L2 +34, even L2 +34, none +115
+//   2 threads, no pause:     kernel L1 163 / 136 (+27), even L1 +35, kernel L2 +25, even L2 +29, none +90
+// The kernel's schedule leaves 0.5-1.5 us a block unhidden at 1 thread and 1.7-2.7 at 2 (16 blocks
+// a thread), no worse than a line every step. Fetching two or three blocks ahead instead of one (a
+// build of this probe, not kept) was no better: 2 threads +40 and +45 against +33 (L1).
 // The kernel's own steady blocks (a traced build, 2048 keys, 1 thread, back to back, the same
 // session) took 11.3-11.4 us cold against 9.3-9.7 hot: 1.6-2.1 us a block, of which the qparam
-// gather 0.4, the keys-outer Q.K^T 0.7-1.0 and the eight heads' softmax and P.V 0.5-0.7.
+// gather 0.4, the keys-outer Q.K^T 0.7-1.0 and the eight heads' softmax and P.V 0.5-0.7; at 8192
+// keys and 2 threads 13.6 against 11.1 (from L3): 2.5 us, the probe's 2-thread figure.
 #include <immintrin.h>
+#include <omp.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -84,13 +93,13 @@ inline void fmas(__m512 (&w)[8], const __m512 c, int groups) {
 }
 
 template <int HINT>
-__attribute__((noinline)) float run(Layer L, bool hot, Sched s, int qk8, int sm8, int pv8) {
+__attribute__((noinline)) float run(Layer L, size_t b0, size_t b1, bool hot, Sched s, int qk8, int sm8, int pv8) {
   __m512i sum[4];
   __m512 w[8];
   for (int i = 0; i < 4; ++i) sum[i] = _mm512_setzero_si512();
   for (int i = 0; i < 8; ++i) w[i] = _mm512_set1_ps(static_cast<float>(i));
   const __m512 c = _mm512_set1_ps(0.5f);
-  for (size_t b = 0; b < kBlocks; ++b) {
+  for (size_t b = b0; b < b1; ++b) {
     const size_t cur = hot ? 0 : b * kBlockBytes, nxt = hot ? 0 : ((b + 1) % kBlocks) * kBlockBytes;
     const int8_t *kc = L.k + cur, *vc = L.v + cur, *kn = L.k + nxt, *vn = L.v + nxt;
     size_t kp = 0, vp = 0;  // the next block's K and V lines fetched so far
@@ -123,6 +132,7 @@ int main(int argc, char** argv) {
   const double pause = (argc > 2 ? std::atof(argv[2]) : 5.0) * 1e-3;
   const int qk8 = (argc > 3 ? std::atoi(argv[3]) : 8) / 8, sm8 = (argc > 4 ? std::atoi(argv[4]) : 5376) / 8,
             pv8 = (argc > 5 ? std::atoi(argv[5]) : 16) / 8;
+  const int threads = argc > 6 ? std::atoi(argv[6]) : 1;
   const size_t total = 2 * kRegion * kLayers;
   void* mem = mmap(nullptr, total + kRegion, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   auto* base = reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(mem) + kRegion - 1) & ~uintptr_t(kRegion - 1));
@@ -136,22 +146,36 @@ int main(int argc, char** argv) {
   std::vector<double> cold[kModes], hot[kModes];
   float sink = 0;
   size_t next = 0;
+  // One timed call on `threads` threads: each busy for the pause, then its share of the blocks.
+  auto timed = [&](const Mode& m, Layer L, bool is_hot) {
+    auto fn = m.hint == 0 ? run<_MM_HINT_T0> : run<_MM_HINT_T1>;
+    double t0 = 0, t1 = 0;
+    float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    {
+      const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
+      busy(pause);
+#pragma omp barrier
+#pragma omp master
+      t0 = now();
+      s += fn(L, kBlocks * t / n, kBlocks * (t + 1) / n, is_hot, m.s, qk8, sm8, pv8);
+#pragma omp barrier
+#pragma omp master
+      t1 = now();
+    }
+    sink += s;
+    return (t1 - t0) * 1e6;
+  };
   for (int r = 0; r < calls; ++r)
     for (size_t m = 0; m < kModes; ++m) {  // interleaved: every mode in every round
-      auto fn = modes[m].hint == 0 ? run<_MM_HINT_T0> : run<_MM_HINT_T1>;
-      busy(pause);
-      double t = now();
-      sink += fn(layer(next), false, modes[m].s, qk8, sm8, pv8);
-      cold[m].push_back((now() - t) * 1e6);
+      cold[m].push_back(timed(modes[m], layer(next), false));
       next = (next + 1) % (kLayers - 1);  // the last layer is the hot calls'
-      busy(pause);
-      t = now();
-      sink += fn(layer(kLayers - 1), true, modes[m].s, qk8, sm8, pv8);
-      hot[m].push_back((now() - t) * 1e6);
+      hot[m].push_back(timed(modes[m], layer(kLayers - 1), true));
     }
   auto med = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
-  std::printf("%d calls, %.1f ms busy pause, FMAs a step Q.K^T %d / P.V %d, softmax %d a block; 4 MiB a call; "
-              "median us (sink %g)\n", calls, pause * 1e3, qk8 * 8, pv8 * 8, sm8 * 8, static_cast<double>(sink));
+  std::printf("%d calls, %d thread(s), %.1f ms busy pause, FMAs a step Q.K^T %d / P.V %d, softmax %d a block; 4 MiB "
+              "a call; median us (sink %g)\n", calls, threads, pause * 1e3, qk8 * 8, pv8 * 8, sm8 * 8,
+              static_cast<double>(sink));
   std::printf("%-10s %8s %8s %9s %8s\n", "schedule", "cold", "hot", "cold-hot", "GB/s");
   for (size_t m = 0; m < kModes; ++m) {
     const double c = med(cold[m]), h = med(hot[m]);
