@@ -1,5 +1,5 @@
 // The decode kernel's memory schedule with stand-in arithmetic: which part of it keeps the next
-// block's lines from arriving in time? One thread streams a cold K and V (separate 2 MiB regions a
+// block's lines from arriving in time? A thread (or two) streams a cold K and V (separate 2 MiB regions a
 // layer, 64 KiB of each a block: llama3-8b's 64 keys x 8 KV heads x 128 bytes) in the kernel's
 // order, doing FMAs in place of its arithmetic at its pace per phase, and fetching the next block
 // by one of several schedules. Cold (a new layer each call, 16 layers: 64 MiB) against hot (one
@@ -25,10 +25,10 @@
 //   none     no software prefetch
 //
 // On the Zen 4 VM (AMD EPYC family 25 model 17), 2026-12-07 ~04:40 UTC, defaults, medians in us, cold
-// / hot (cold - hot); hot 260-284 in every run (~8.5 us a block, the kernel's own hot block 9.3-9.7):
-//   5 ms pause, busy host:   kernel L1 322 (+48), even L1 +58, kernel L2 +52, even L2 +53, none +305
-//   5 ms pause:              kernel L1 300 (+30), even L1 +37, kernel L2 +11, even L2 +36, none +203
-//   no pause:                kernel L1 278 (+18), even L1 +29, kernel L2 +22, even L2 +16, none +172
+// (cold - hot); hot 260-284 in every 1-thread run (~8.5 us a block, the kernel's own hot block 9.3-9.7):
+//   1 thread, 5 ms, busy:    kernel L1 322 (+48), even L1 +58, kernel L2 +52, even L2 +53, none +305
+//   1 thread, 5 ms pause:    kernel L1 300 (+30), even L1 +37, kernel L2 +11, even L2 +36, none +203
+//   1 thread, no pause:      kernel L1 278 (+18), even L1 +29, kernel L2 +22, even L2 +16, none +172
 //   2 threads, 5 ms pause:   kernel L1 181 / 138 (+43), even L1 +37, kernel L2 +34, even L2 +34, none +115
 //   2 threads, no pause:     kernel L1 163 / 136 (+27), even L1 +35, kernel L2 +25, even L2 +29, none +90
 // The kernel's schedule leaves 0.5-1.5 us a block unhidden at 1 thread and 1.7-2.7 at 2 (16 blocks

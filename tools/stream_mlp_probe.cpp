@@ -2,7 +2,7 @@
 // call must read its K and V (4 MiB at 2048 keys for llama3-8b) while it does ~2x a plain read's
 // time of arithmetic; this times stand-ins for the two with nothing else: one 512-bit load of
 // every 64-byte line and F FMAs per line (the arithmetic's pace), over 4 MiB "layers" in rotation
-// (16 of them on 2 MiB pages: 64 MiB, twice this VM's L3), one thread.
+// (16 of them on 2 MiB pages: 64 MiB, twice this VM's L3), on one thread or two.
 //
 //   g++ -O2 -std=c++17 -fopenmp -mavx512f tools/stream_mlp_probe.cpp -o /tmp/stream_mlp
 //   /tmp/stream_mlp [calls=60] [pause_ms=5] [threads=1]
