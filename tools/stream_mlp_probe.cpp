@@ -29,7 +29,7 @@
 //                      F 12  1 thread 240-347 (+16 to +118), 2 threads 124-141 (+12 to +28)
 //   into L2            F 8   +12 to +63 and +16 to +39;  F 12  +7 to +23 and +7 to +17
 //   none               1.5-2.4x the read
-// In three of the four 1-thread runs the L1 form left +16 to +42 unhidden (16-21 GB/s while
+// In three of the four 1-thread runs the L1 form left +16 to +42 unhidden (16-22 GB/s while
 // computing); in the fourth, with the host busy (the read at 20.8 GB/s), +118 and +204 where the
 // L2 form left +23 and +63: what one core's prefetches into L1 bring in moves with the memory's
 // latency. Address order without any software prefetch (seq, none) hid all but 2-60 us.
