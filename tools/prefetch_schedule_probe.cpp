@@ -39,7 +39,6 @@
 // gather 0.4, the keys-outer Q.K^T 0.7-1.0 and the eight heads' softmax and P.V 0.5-0.7; at 8192
 // keys and 2 threads 13.6 against 11.1 (from L3): 2.5 us, the probe's 2-thread figure.
 #include <immintrin.h>
-#include <omp.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -53,9 +52,7 @@
 
 namespace {
 
-using probe_util::busy;
 using probe_util::hsum;
-using probe_util::now;
 
 constexpr size_t kRegion = 2u << 20, kBlockBytes = 64u << 10, kBlocks = kRegion / kBlockBytes, kLayers = 16;
 constexpr size_t kSteps = 1024;  // lines of K (and of V) a block
@@ -146,25 +143,12 @@ int main(int argc, char** argv) {
   std::vector<double> cold[kModes], hot[kModes];
   float sink = 0;
   size_t next = 0;
-  // One timed call on `threads` threads: each busy for the pause, then its share of the blocks.
+  // One timed call: each thread its share of the blocks, after the pause.
   auto timed = [&](const Mode& m, Layer L, bool is_hot) {
     auto fn = m.hint == 0 ? run<_MM_HINT_T0> : run<_MM_HINT_T1>;
-    double t0 = 0, t1 = 0;
-    float s = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : s)
-    {
-      const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
-      busy(pause);
-#pragma omp barrier
-#pragma omp master
-      t0 = now();
-      s += fn(L, kBlocks * t / n, kBlocks * (t + 1) / n, is_hot, m.s, qk8, sm8, pv8);
-#pragma omp barrier
-#pragma omp master
-      t1 = now();
-    }
-    sink += s;
-    return (t1 - t0) * 1e6;
+    return probe_util::timed_parallel(threads, pause, &sink, [&](size_t t, size_t n) {
+      return fn(L, kBlocks * t / n, kBlocks * (t + 1) / n, is_hot, m.s, qk8, sm8, pv8);
+    });
   };
   for (int r = 0; r < calls; ++r)
     for (size_t m = 0; m < kModes; ++m) {  // interleaved: every mode in every round

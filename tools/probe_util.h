@@ -1,5 +1,5 @@
-// Helpers shared by the AVX-512 probes in tools/: a clock, the bench's busy pause, lane sums, and
-// the median time of a step run many times.
+// Helpers shared by the AVX-512 probes in tools/: a clock, the bench's busy pause, lane sums, the
+// median time of a step run many times, and (with OpenMP) a timed call on several threads.
 #pragma once
 #include <immintrin.h>
 
@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace probe_util {
 
@@ -54,5 +57,30 @@ double ns_per(F f, int reps, int units) {
   std::sort(t.begin(), t.end());
   return t[3];
 }
+
+#ifdef _OPENMP
+// One timed call on `threads` threads: each keeps its core busy for `pause` seconds, then, after
+// they all have, runs share(thread, threads), which returns a value to keep the work alive (added
+// into *sink). Returns the microseconds from that start until every thread is done.
+template <typename Share>
+double timed_parallel(int threads, double pause, float* sink, Share share) {
+  double t0 = 0, t1 = 0;
+  float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num()), n = static_cast<size_t>(omp_get_num_threads());
+    busy(pause);
+#pragma omp barrier
+#pragma omp master
+    t0 = now();
+    s += share(t, n);
+#pragma omp barrier
+#pragma omp master
+    t1 = now();
+  }
+  *sink += s;
+  return (t1 - t0) * 1e6;
+}
+#endif
 
 }  // namespace probe_util

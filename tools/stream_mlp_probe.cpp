@@ -34,7 +34,6 @@
 // L2 form left +23 and +63: what one core's prefetches into L1 bring in moves with the memory's
 // latency. Address order without any software prefetch (seq, none) hid all but 2-60 us.
 #include <immintrin.h>
-#include <omp.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -48,9 +47,7 @@
 
 namespace {
 
-using probe_util::busy;
 using probe_util::hsum;
-using probe_util::now;
 
 constexpr size_t kLayer = 4u << 20, kBlock = 128u << 10, kLines = kBlock / 64, kLayers = 16;
 
@@ -133,24 +130,11 @@ int main(int argc, char** argv) {
   float sink = 0;
   size_t layer = 0;
   const size_t blocks = kLayer / kBlock;
-  // One timed call on `threads` threads: each busy for the pause, then its share of the blocks.
+  // One timed call: each thread its share of the blocks, after the pause.
   auto timed = [&](Fn fn, const int8_t* p, Order o, bool same) {
-    double t0 = 0, t1 = 0;
-    float s = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : s)
-    {
-      const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      busy(pause);
-#pragma omp barrier
-#pragma omp master
-      t0 = now();
-      s += fn(p, blocks * t / n, blocks * (t + 1) / n, blocks, o, same);
-#pragma omp barrier
-#pragma omp master
-      t1 = now();
-    }
-    sink += s;
-    return (t1 - t0) * 1e6;
+    return probe_util::timed_parallel(threads, pause, &sink, [&](size_t t, size_t n) {
+      return fn(p, blocks * t / n, blocks * (t + 1) / n, blocks, o, same);
+    });
   };
   for (int c = 0; c < calls; ++c)
     for (size_t m = 0; m < modes.size(); ++m) {  // interleaved: every mode in every round
