@@ -1,7 +1,7 @@
 """Where does a cold decode call's time go? qsdpa and the bandwidth floor, each after the bench's
 pause and back to back, in one process.
 
-    python tools/cold_decompose.py [--ctx 2048] [--threads 1] [--pause-ms 5] [--rounds 150]
+    python tools/cold_decompose.py [--ctx 2048] [--threads 1] [--pause-ms 5] [--rounds 150] [--step]
 
 The bench's cold rows (qsdpa._bench.run_case) time each call after its pause (_settle: a wait until
 the process's thread pools stop spinning, then busy cores) on the next of the layers whose caches
@@ -10,6 +10,8 @@ span twice the LLC, and divide by the floor: a plain read of as many bytes, also
 inputs (_Inputs: 2 MiB pages, one allocation per layer):
   qsdpa hot   the same layer every call       qsdpa cold  the next layer every call
   floor       the read probe on the next of the floor's buffers
+  step hot / step cold   with --step: the bench's least-work step (StepProbe, prefetching into L1)
+              on the same layers as qsdpa hot / cold
 each both after the pause ("pause") and straight after the previous call of the same kind ("b2b").
 hot b2b is the call's compute with its data in the caches; cold b2b - hot b2b, what the prefetches
 leave of the memory time unhidden; pause - b2b, what the pause costs (on a VM whose neighbours
@@ -24,6 +26,12 @@ even a hot call back to back took 1.8-2.3x the floor after the pause: to meet th
 cold call after the pause would have to beat it. At 2 threads the hot call back to back was
 1.4-1.7x (2048 keys) and 1.6x (8192), at the limit; what the cold call adds after the pause
 (100-140 us) is what puts it at 2.2x and 1.8x.
+
+With --step, 2026-12-07 (2048 keys; pause / b2b, us): 1 thread, qsdpa hot 421.2 / 309.9, step hot
+328.8 / 260.7, qsdpa cold 414.0 / 379.3, step cold 360.8 / 331.6, floor 147.5 / 130.6: the
+least-work step with its data in the caches and no pause took 1.77x the floor after the pause.
+2 threads (80 rounds), qsdpa hot 329.4 / 213.5, step hot 294.4 / 176.4, qsdpa cold 322.4 / 249.6,
+step cold 295.8 / 232.8, floor 156.4 / 124.1: the pause cost the step 63 us cold, the read 32.
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ import time
 import numpy as np
 
 from qsdpa import _bench
-from qsdpa._bench import SETTLE_S, Case, FloorReads, ThreadClocks, _Inputs, _qsdpa_call, _settle
+from qsdpa._bench import SETTLE_S, Case, FloorReads, StepProbe, ThreadClocks, _Inputs, _qsdpa_call, _settle
 from qsdpa._threads import set_num_threads
 
 
@@ -44,6 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pause-ms", type=float, default=SETTLE_S * 1e3, help="busy pause before each 'pause' call")
     ap.add_argument("--rounds", type=int, default=150)
+    ap.add_argument("--step", action="store_true", help="also the least-work step (StepProbe, L1 prefetch)")
     args = ap.parse_args(argv)
 
     set_num_threads(args.threads)
@@ -53,6 +62,8 @@ def main(argv=None) -> int:
     for regime in ("hot", "cold"):
         x = _Inputs(Case("llama3-8b", "decode", args.ctx, 1, args.threads, regime), rng, llc)
         calls[f"qsdpa {regime}"] = (_qsdpa_call(x), x.n_layers)
+        if args.step:
+            calls[f"step {regime}"] = (StepProbe(x, args.threads, True), x.n_layers)
         if regime == "cold":
             calls["floor"] = (FloorReads(x.bytes_read, args.threads, llc), 1)
     times = {(name, mode): [] for name in calls for mode in ("pause", "b2b")}
