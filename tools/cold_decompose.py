@@ -32,6 +32,11 @@ With --step, 2026-12-07 (2048 keys; pause / b2b, us): 1 thread, qsdpa hot 421.2 
 least-work step with its data in the caches and no pause took 1.77x the floor after the pause.
 2 threads (80 rounds), qsdpa hot 329.4 / 213.5, step hot 294.4 / 176.4, qsdpa cold 322.4 / 249.6,
 step cold 295.8 / 232.8, floor 156.4 / 124.1: the pause cost the step 63 us cold, the read 32.
+Those "step cold" numbers are too low: the tool then kept a count per name, so the step read the
+two layers qsdpa cold had just read, from L3. With one count (below), on the Intel Xeon VM of
+2026-12-07 (2 MiB L2, 480 MiB L3 reported), 2048 keys, 1 thread, 40 rounds: qsdpa hot 400.1 / 301.8,
+step hot 277.5 / 234.2, qsdpa cold 434.5 / 395.1, step cold 410.9 / 387.1 (362.0 / 313.4 with
+the count per name, the same hour), floor 273.2 / 257.4.
 """
 from __future__ import annotations
 
@@ -67,15 +72,18 @@ def main(argv=None) -> int:
         if regime == "cold":
             calls["floor"] = (FloorReads(x.bytes_read, args.threads, llc), 1)
     times = {(name, mode): [] for name in calls for mode in ("pause", "b2b")}
-    turn = {name: 0 for name in calls}
+    # One count over every call, as the bench's rotation: each cold call reads a layer no other call
+    # read in the last n_layers calls. (A count per name, until 2026-12-07, had "step cold" read the
+    # two layers qsdpa cold had just read, from L3 where it holds 8.7 MB.)
+    turn = 0
     for fn, _ in calls.values():
         fn(0)
     clocks = ThreadClocks()
     for _ in range(args.rounds):
         for name, (fn, layers) in calls.items():
             for mode in ("pause", "b2b"):
-                layer = turn[name] % layers
-                turn[name] += 1
+                layer = turn % layers
+                turn += 1
                 if mode == "pause":  # as the bench pauses: a wait for spinning pools, then busy cores
                     clocks.refresh()
                     _settle(args.pause_ms * 1e-3, args.threads, clocks)

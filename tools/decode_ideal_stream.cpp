@@ -43,6 +43,22 @@
 // halted vCPU instead (2049 keys, extra=1400: cold 266-272 us against 176-181 with busy=0).
 // With layers=1 the same cache every call: the compute alone (from cache).
 //
+// Every result below dated before 2026-12-07 came from a step with no Q.K^T. The dots and key sums
+// went only to g_sink, a global nothing read, and GCC 12 deleted them and the loads of K as dead
+// code (objdump showed 0 vpdpbusd). The step then prefetched K but never read it, so those results
+// are lower bounds that were too low: at 1 thread, the real step is slower than they say. With
+// g_sink volatile (560 vpdpbusd in the binary), on the Intel Xeon VM of 2026-12-07 (2 MiB L2; KVM
+// reports family 6, model 167), huge=1, busy=1, GOMP_SPINCOUNT=100, 230 layers, 5 ms pause, 100
+// calls, extra=0, x the read in the same rounds:
+//   1 thread:  2049 keys read 276.2 us (15.2 GB/s), even+soft+qp 356.9 (1.29x), soft-hot 239.0;
+//              8193 keys read 1094.7, even+soft+qp 1351.0 (1.23x), soft-hot 1066.9.
+//   2 threads: 2049 keys read 199.0, even+soft+qp 227.4 (1.14x), soft-hot 161.8;
+//              8193 keys read 607.7, even+soft+qp 749.3 (1.23x), soft-hot 580.4.
+// These agree with the bench's StepProbe in that day's --targets run: 1.58, 1.49, 2.09 and 1.64x
+// the judged floors, against 1.51, 1.43, 1.96 and 1.61x for even+soft+qp against the same floors.
+// On the same day, the broken build in one process with qsdpa and the bench's StepProbe, on the
+// bench's layers (2048 keys, 1 thread, back to back), took 269 us cold, against 361 for StepProbe,
+// which does the same arithmetic.
 // On the Zen 5 VM of 2026-12-02 (docs/benchmarks-history.md), 2048 keys, median ratios to the read over this
 // session's runs: from cache the step took 94-137 us at 1 thread (0.7-1.0x a cold read of its bytes;
 // qsdpa's whole kernel 1.2-1.45x), 54-80 us at 2. Cold after a 5 ms pause: phase-pf 1.38-1.56x
@@ -162,7 +178,9 @@ alignas(64) float g_ksc[kBlock], g_vsc[kBlock], g_vzp[kBlock];
 // needs them) and its K scales, V scales and V zero points (used by softmax_min).
 alignas(64) thread_local int32_t t_kzp[kHeads][kBlock];
 alignas(64) thread_local float t_qp[kHeads][3][kBlock];
-__m512i g_sink;
+// volatile: the dots and key sums end here and nowhere else; a plain global that nothing reads let
+// GCC 12 delete them, with the loads of K, as dead code (every build of this file until 2026-12-07).
+volatile __m512i g_sink;
 int g_extra = 0;
 
 enum Prefetch { kNone = 0, kPhase = 1, kEven = 2, kPages = 3 };
