@@ -77,9 +77,14 @@ _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="
 # PV_ROWS rows x PV_VECS f32 vectors (rows share each widened value vector). AVX2's 4 x 3 uses all
 # 16 registers (12 accumulators, 3 widened V vectors, the broadcast weight): against 4 x 2, 6.27M ->
 # 6.01M instructions per llama3-8b decode call (2048 keys) and 306M -> 297M per 512-token prefill.
-def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int) -> Dict[str, int]:
+# K_QK_EIGHTHS: on CPUs other than AMD's (prefetch_tuning in the template), how much of the next
+# block's K a grouped decode block fetches during its Q.K^T, in eighths (the rest goes with V).
+# Measured per variant on an Intel Xeon (2 MiB L2): avx512_vnni's shorter Q.K^T and P.V did best
+# with a quarter (cold 3-5% faster than half at 1 thread), avx2's with half (a quarter 1-2% slower
+# cold, 3-4% hot), avx512's level.
+def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int, k_qk_eighths: int = 4) -> Dict[str, int]:
     return dict(KV_BLOCK=256, KV_BLOCK_GROUPED=64, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows,
-                PV_VECS=pv_vecs)
+                PV_VECS=pv_vecs, K_QK_EIGHTHS=k_qk_eighths)
 
 ISAS: Tuple[Isa, ...] = (
     Isa(
@@ -121,7 +126,7 @@ ISAS: Tuple[Isa, ...] = (
         # vpdpbusd multiplies u8 by s8: A is biased by +128 (xor 0x80) and 128*sum(B) is subtracted.
         vocab=dict(_X86_AVX512_VOCAB, dot="vnni_u8s8", dot_kb=64, dot_a_bias=128, dot_load=None, gemm_qk=True),
         tiles=dict(dequant_gemm=dict(MR=4, NR=4), qk_gemm=dict(MR=4, NR=4),
-                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4),
+                   qk_gemm_f32a=dict(MR=4, NR=4), flash_attention=_attention(4, 4, 4, 4, k_qk_eighths=2),
                    quantize=dict(CHAINS=2)),
         description="AVX-512 + VNNI (Cascade Lake, Ice Lake, Zen 4)",
     ),

@@ -221,7 +221,7 @@ PYBIND11_MODULE(QSDPA_MODULE_NAME, mod) {
     tiles["dequant_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
     tiles["qk_gemm_f32a"] = py::dict(py::arg("MR") = 4, py::arg("NR") = 4);
-    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4);
+    tiles["flash_attention"] = py::dict(py::arg("KV_BLOCK") = 256, py::arg("KV_BLOCK_GROUPED") = 64, py::arg("MAX_ROWS") = 64, py::arg("QK_ROWS") = 4, py::arg("QK_KEYS") = 4, py::arg("PV_ROWS") = 4, py::arg("PV_VECS") = 4, py::arg("K_QK_EIGHTHS") = 4);
     tiles["quantize"] = py::dict(py::arg("CHAINS") = 2);
     d["tiles"] = tiles;
     return d;

@@ -164,8 +164,19 @@ inline float softmax_weights_row(float* s, size_t nb, float block_max, const flo
 // - Intel (a Xeon with AVX-512 VNNI and a 2 MiB L2): prefetcht0 was 2-7% slower cold than
 //   prefetcht1, and Q.K^T, a quarter of a call, is too short a window for a whole block's K at
 //   this core's single-thread bandwidth: half of K there and half with V made cold decode 12-15%
-//   faster at 1 thread (2048 and 8192 keys) and 11% at 2, hot 4-6%. No page walks: on that core
-//   they cost 4% hot (their loads wait on L3) and gained nothing cold.
+//   faster at 1 thread (2048 and 8192 keys) and 11% at 2, hot 4-6% (2026-12-02, against all of K
+//   during Q.K^T). On the kernel of 2026-12-07 a quarter did better still (tools/ab_decode.py
+//   --b-prefetch L2/2, the same build, 231 cold layers, 5 ms pause, 80 pairs, B/A against half):
+//   cold 0.954 and 0.949 (2048 keys) and 0.969 (8192) at 1 thread, 0.982 and 0.972 at 2, hot
+//   1.011, 1.004, 1.000 and 0.980; an eighth 0.949, 0.960, 0.998, 0.977; none 0.971, 0.979,
+//   0.987, 0.993; three eighths 0.968 (2048 keys, 1 thread). After the peers' calls too
+//   (tools/prefetch_after_work.py, us, half / a quarter): 2048 keys 1 thread after PyTorch's SDPA
+//   445 / 437, after ExecuTorch's 452 / 437; 8192 keys 2 threads after PyTorch's 918 / 884.
+//   No page walks: on that core they cost 4% hot (their loads wait on L3) and gained nothing cold
+//   (2026-12-02; 2026-12-07: 0.995 and 0.989 cold at 1 thread, 2048 and 8192 keys). The share of
+//   K is the registry's K_QK_EIGHTHS, per variant: the quarter above is avx512_vnni's; avx2 on the
+//   same core kept half (a quarter: cold 1.014 and 1.022 at 1 and 2 threads, hot 1.045 and 1.029),
+//   avx512 was level (cold 0.994, hot 0.991) and keeps half.
 // Other x86 and ARM cores get Intel's setting (L2 is also NEON's; neither measured on an ARM core).
 // Results do not depend on it. Atomics: tests and A/B tools change it between calls.
 struct PrefetchTuning {
@@ -178,7 +189,7 @@ inline PrefetchTuning default_prefetch_tuning() {
   __builtin_cpu_init();  // may run before libgcc's own constructor has filled in the CPU model
   if (__builtin_cpu_is("amd")) return {true, false, 4};
 #endif
-  return {false, false, 4};
+  return {false, false, 4};  // the registry's, per variant
 }
 inline const PrefetchTuning kDefaultPrefetchTuning = default_prefetch_tuning();  // the CPU asked once
 inline std::atomic<bool> g_prefetch_to_l1{kDefaultPrefetchTuning.to_l1};
