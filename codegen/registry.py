@@ -81,7 +81,7 @@ _NEON_VOCAB = dict(vf="float32x4_t", vi="int32x4_t", vd="int8x16_t", nf=4, dot="
 # block's K a grouped decode block fetches during its Q.K^T, in eighths (the rest goes with V).
 # Measured per variant on an Intel Xeon (2 MiB L2): avx512_vnni's shorter Q.K^T and P.V did best
 # with a quarter (cold 3-5% faster than half at 1 thread), avx2's with half (a quarter 1-2% slower
-# cold, 3-4% hot), avx512's level.
+# cold, 3-5% hot), avx512's level.
 def _attention(qk_rows: int, qk_keys: int, pv_rows: int, pv_vecs: int, k_qk_eighths: int = 4) -> Dict[str, int]:
     return dict(KV_BLOCK=256, KV_BLOCK_GROUPED=64, MAX_ROWS=64, QK_ROWS=qk_rows, QK_KEYS=qk_keys, PV_ROWS=pv_rows,
                 PV_VECS=pv_vecs, K_QK_EIGHTHS=k_qk_eighths)
