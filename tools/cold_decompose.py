@@ -11,7 +11,8 @@ inputs (_Inputs: 2 MiB pages, one allocation per layer):
   qsdpa hot   the same layer every call       qsdpa cold  the next layer every call
   floor       the read probe on the next of the floor's buffers
   step hot / step cold   with --step: the bench's least-work step (StepProbe, prefetching into L1)
-              on the same layers as qsdpa hot / cold
+              on qsdpa hot's layer / the cold layers (the next one of the one rotation every
+              call, never a layer another call has just read)
 each both after the pause ("pause") and straight after the previous call of the same kind ("b2b").
 hot b2b is the call's compute with its data in the caches; cold b2b - hot b2b, what the prefetches
 leave of the memory time unhidden; pause - b2b, what the pause costs (on a VM whose neighbours
