@@ -23,8 +23,6 @@
 // K bounds both ways alike, and moving the results into per-key rows costs more than it saves.
 // (Head by head within a 64-key block, the tile loads 1 KiB apart, the tiles alone took 65 us.)
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,23 +32,14 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_util.h"
+
 namespace {
 
 constexpr int kHeads = 8, kRows = 4, kDim = 128, kBlock = 64, kCols = kRows + 1;
 constexpr size_t kKeyBytes = kHeads * kDim;
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-bool request_amx() {
-  constexpr long kReqPerm = 0x1023, kXtileData = 18;
-  return syscall(SYS_arch_prctl, kReqPerm, kXtileData) == 0;
-}
 
 // B tiles for one head: rows r = d/4 of 64 bytes: column n (4 bytes) holds q_n[4r .. 4r+3] + 128
 // (n < 4) or ones (n = 4, the key sums); one tile per 64 d.
@@ -129,17 +118,11 @@ __attribute__((noinline)) void qk_vnni(const int8_t* k, size_t keys, const uint8
 }  // namespace
 
 int main(int argc, char** argv) {
-  const size_t keys = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2048;
-  const int calls = argc > 2 ? std::atoi(argv[2]) : 2000;
-  if (keys == 0 || keys % kBlock != 0 || calls < 1) {
-    std::fprintf(stderr, "usage: %s [keys, a multiple of %d] [calls]\n", argv[0], kBlock);
-    return 2;
-  }
-  if (!__builtin_cpu_supports("amx-int8") || !request_amx()) {
-    std::printf("no AMX-INT8 here (CPU or OS permission)\n");
-    return 0;
-  }
-  TileConfig cfg;
+  size_t keys;
+  int calls;
+  if (!amx_util::keys_and_calls(argc, argv, kBlock, 2000, keys, calls)) return 2;
+  if (!amx_util::amx_available()) return 0;
+  amx_util::TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;  // C 0-1, K 2-5, query 6-7
   _tile_loadconfig(&cfg);
 
