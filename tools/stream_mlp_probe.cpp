@@ -33,6 +33,15 @@
 // computing); in the fourth, with the host busy (the read at 20.8 GB/s), +118 and +204 where the
 // L2 form left +23 and +63: what one core's prefetches into L1 bring in moves with the memory's
 // latency. Address order without any software prefetch (seq, none) hid all but 2-60 us.
+//
+// On the Intel Xeon VM (KVM family 6 model 167, two 512-bit FMA pipes, 2 MiB L2), 2026-12-07 ~11:50
+// UTC, one run, 1 thread, 5 ms pause: the plain read 273.9 us (15.3 GB/s); the work alone 95-102
+// at F 8, 128-134 at F 12 (two FMA pipes: F 12 is under half the read's time here). Cold (cold -
+// hot): heads pf1 F 8 311.5 (+210), F 12 355.5 (+222); heads pf0 F 12 420.2 (+287); heads none
+// F 12 469.3 (+342); seq none F 8 326.8 (+232), F 12 293.7 (+164). On this core no schedule hid
+// more than ~40% of the read behind the work, against all but 2-60 us on the Zen 4 VM: the work
+// adds to the read rather than hiding under it, so what cuts a cold call's time here is less work
+// a call as much as a better fetch.
 #include <immintrin.h>
 #include <sys/mman.h>
 
