@@ -11,7 +11,7 @@ itself):
     python tools/ab_decode.py /tmp/ab/_kernels_avx512_vnni_ab.*.so --regime cold --threads 1
 
 Both run on the same inputs, alternating call by call (ABBA order), and their outputs must be the
-same bits unless --allow-diff. Printed: each build's median time and the median over pairs of
+same bits unless --allow-diff (a difference is reported as max |A - B| / max |A| either way). Printed: each build's median time and the median over pairs of
 B/A (below 1: B is faster). Cold: the caches of --layers layers in rotation, back to back (each
 call's K/V last read --layers calls ago); hot: an untimed call on the same layer before each timed
 one. Each layer's arrays are allocated as the bench's are (--numpy-arrays: as numpy's). On a
@@ -96,8 +96,11 @@ def main(argv=None) -> int:
     for name in builds:
         for layer in range(n_layers):
             call(name, layer)
+    if not np.array_equal(outs["A"], outs["B"]):
+        gap = float(np.max(np.abs(outs["A"].astype(np.float64) - outs["B"]))) / float(np.max(np.abs(outs["A"])))
+        print(f"A and B give different outputs: max |A - B| / max |A| = {gap:.2e}", file=sys.stderr)
     if not args.allow_diff and not np.array_equal(outs["A"], outs["B"]):
-        print("A and B give different outputs (--allow-diff to time them anyway)", file=sys.stderr)
+        print("(--allow-diff to time them anyway)", file=sys.stderr)
         return 1
     times = {n: [] for n in builds}
     layer = 0

@@ -30,8 +30,14 @@
 // cold back to back 1.227, cold after the pause 1.491. perf (hot, back to back): the most samples
 // on the tdpbusd after the first tile load of the interleaved V, which reads what the interleave
 // has just stored, and on the interleave's loads of V, which a hot call brings from L3 (its 4 MiB
-// of K and V do not fit in L2). That B lost more after a pause (1.361 against 1.135 hot) fits a
-// tile unit that starts slow after idling; not measured apart.
+// of K and V do not fit in L2). A second build (not kept) interleaved the whole block's V, every
+// head, in memory order right after Q.K^T, with the next block's prefetch spread over that loop,
+// and each head's tiles read it from there (no tile load waits on fresh stores); outputs within
+// 2.6e-7 of max |out| of the kernel's: slower still, hot 1.243 back to back and 1.925 after the
+// pause, cold after the pause 1.653. This probe run after the same kind of pause (5 ms of
+// AVX-512 FMAs) lost as much as the FMA form did (2048 keys: amx 106.5 -> 129.3 us, fma 160.7 ->
+// 188.9), so it is not the tile unit starting slow; what costs the kernel builds so much after a
+// pause was not found.
 #include <immintrin.h>
 
 #include <algorithm>
