@@ -11,8 +11,8 @@ itself):
     python tools/ab_decode.py /tmp/ab/_kernels_avx512_vnni_ab.*.so --regime cold --threads 1
 
 Both run on the same inputs, alternating call by call (ABBA order), and their outputs must be the
-same bits unless --allow-diff (a difference is reported as max |A - B| / max |A| either way). Printed: each build's median time and the median over pairs of
-B/A (below 1: B is faster). Cold: the caches of --layers layers in rotation, back to back (each
+same bits unless --allow-diff (a difference is reported as max |A - B| / max |A| either way).
+Printed: each build's median time and the median over pairs of B/A (below 1: B is faster). Cold: the caches of --layers layers in rotation, back to back (each
 call's K/V last read --layers calls ago); hot: an untimed call on the same layer before each timed
 one. Each layer's arrays are allocated as the bench's are (--numpy-arrays: as numpy's). On a
 shared VM, repeat a comparison a few times: ratios move by a few percent between runs.
