@@ -14,6 +14,10 @@
 //   (two a cycle: the same MACs a second); one of each 0.545-0.555, two of either: they share the
 //   pipe. Per step: 8 dots 2.26-2.38, 8 dots + 2 key-sum dots 2.72-2.78 (one 3.95), 8 dots + 2
 //   xor/vpsadbw/add key sums 2.73-2.74 (one 4.11): the sums cost the same either way. Not built.
+// On the Intel Xeon VM of 2026-12-07 (KVM family 6 model 167), three runs: vpdpbusd zmm
+//   0.151-0.156, FMA zmm 0.140-0.142, vpdpbusd ymm 0.139-0.144, one of each 0.285-0.286: two of
+//   either a cycle, on the same two pipes. 8 dots 2.86, + 2 key-sum dots 3.24-3.27, + 2 vpsadbw
+//   key sums 3.06-3.15: the vpsadbw form would save ~6% of Q.K^T's dot steps there.
 #include <immintrin.h>
 
 #include <chrono>
