@@ -39,6 +39,11 @@
 // 6.81-7.04, u8x3 6.08-6.31 complete (dots alone 3.82-3.99, the transpose 0.99-1.00), u8x2
 // 4.53-4.66, magic 7.85-8.06, f32v 4.96-5.18. There u8x3 is 10% faster than fma; P.V being ~55%
 // of a hot llama3-8b decode call (perf), that would be ~5% of the call, before the block's setup.
+// In the kernel it was not: a build (not kept) running u8x3 for decode's 4-row heads on full
+// 64-key blocks (V rows ldv apart transposed into a stack buffer, the columns put back by a 4 x 4
+// transpose of 128-bit lanes; outputs within 2.6e-7 of max |out| of the FMA tiles'), paired B/A
+// with tools/ab_decode.py: hot 1.060 (2048 keys, 1 thread), 1.094 (8192, 1), 1.021 (2048, 2,
+// after the pause); cold 1.057 (2048, 1) and 1.053 (2048, 2).
 #include <immintrin.h>
 
 #include <algorithm>
